@@ -1,0 +1,265 @@
+"""cuTile kernels for RMSNorm: forward, backward and the dW reduction.
+
+Notation follows the math (Triton's layer-norm tutorial):
+
+    rstd = 1 / sqrt(mean(x^2) + eps)          per row, fp32
+    xhat = x * rstd
+    y    = xhat * (offset + w)                 w = 1 when there is no weight
+    wdy  = (offset + w) * dy
+    c    = mean(wdy * xhat)                    per row
+    dx   = rstd * (wdy - xhat * c)
+    dw   = sum over rows of dy * xhat
+
+All arithmetic is fp32 except where a casting mode asks for rounding to the input dtype
+(forward only; see ``_normalize``). This module imports nothing but cuda.tile: it is free of
+any array framework, and tileiras can compile it ahead of time on a machine without a GPU.
+
+Tiles are loaded with zero padding wherever padded lanes feed a reduction: padded columns add
+0 to the sum of squares, padded rows have x = 0 (and, in the backward, rstd = 0 and dy = 0), so
+they add nothing to c or to dW, and their stores fall out of bounds and are dropped.
+"""
+
+import cuda.tile as ct
+
+ZERO = ct.PaddingMode.ZERO
+
+# Casting modes (kernel Constants; the names and meanings are Liger-Kernel's).
+CAST_LLAMA = 0  # fp32 statistics; xhat rounded to the input dtype before the weight multiply
+CAST_GEMMA = 1  # everything in fp32, one rounding of y at the end
+CAST_NONE = 2  # fp32 mean of squares; rstd, xhat and y computed in the input dtype
+
+
+@ct.function
+def _weight_row(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
+    """(1, TILE_N) fp32 tile of offset + w for column chunk j (1 when there is no weight)."""
+    if HAS_WEIGHT:
+        wt = ct.load(w, (j,), (TILE_N,), padding_mode=ZERO)
+        return ct.reshape(ct.astype(wt, ct.float32) + offset, (1, TILE_N))
+    else:
+        return ct.full((1, TILE_N), 1.0, dtype=ct.float32)
+
+
+@ct.function
+def _normalize(xt, rstd, wp, CASTING: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
+    """y = xhat * (offset + w) for one (TILE_M, TILE_N) tile, rounded as the casting mode says.
+
+    xt is in the input dtype, rstd is (TILE_M, 1) fp32, wp is (1, TILE_N) fp32. Returns fp32
+    for llama/gemma and the input dtype for none; the caller casts to the output dtype.
+    """
+    if CASTING == CAST_NONE:
+        xhat = xt * ct.astype(rstd, xt.dtype)
+        if HAS_WEIGHT:
+            return xhat * ct.astype(wp, xt.dtype)
+        else:
+            return xhat
+    elif CASTING == CAST_LLAMA:
+        xhat = ct.astype(ct.astype(xt, ct.float32) * rstd, xt.dtype)
+        if HAS_WEIGHT:
+            return ct.astype(xhat, ct.float32) * wp
+        else:
+            return xhat
+    else:
+        xhat = ct.astype(xt, ct.float32) * rstd
+        if HAS_WEIGHT:
+            return xhat * wp
+        else:
+            return xhat
+
+
+@ct.function
+def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
+    """(1, TILE_N) sum over the tile's rows of dy * xhat. With ROUND_XHAT (llama and none
+    casting) xhat is first rounded to the input dtype, as the forward multiplied the weight by
+    that rounded value: this is the exact derivative of what the forward computed."""
+    if ROUND_XHAT:
+        return ct.sum(dyf * ct.astype(ct.astype(xhat, x_dtype), ct.float32), axis=0, keepdims=True)
+    else:
+        return ct.sum(dyf * xhat, axis=0, keepdims=True)
+
+
+@ct.kernel
+def rms_fwd_tile(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+):
+    """Static persistent forward: a whole row fits one tile (N <= TILE_N).
+
+    Each block loads the weight once and strides over (TILE_M, TILE_N) row tiles.
+    """
+    n = x.shape[1]
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
+    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
+        xt = ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO)
+        xf = ct.astype(xt, ct.float32)
+        rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / n + eps)
+        yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
+        ct.store(y, (i, 0), ct.astype(yt, y.dtype))
+        if STORE_RSTD:
+            ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
+
+
+@ct.kernel
+def rms_fwd_chunked(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+):
+    """Forward for rows of any length: each block takes TILE_M rows at a time and walks their
+    columns in TILE_N chunks twice, once for the sum of squares and once to normalize.
+
+    The second pass re-reads x, mostly from L2. Used by the gather mode (a block per row group)
+    and by the persistent mode when a row does not fit one tile.
+    """
+    n = x.shape[1]
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    num_chunks = ct.cdiv(n, TILE_N)
+    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
+        sumsq = ct.zeros((TILE_M, 1), dtype=ct.float32)
+        for j in range(num_chunks):
+            xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+            sumsq += ct.sum(xf * xf, axis=1, keepdims=True)
+        rstd = ct.rsqrt(sumsq / n + eps)
+        for j in range(num_chunks):
+            xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
+            yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
+            ct.store(y, (i, j), ct.astype(yt, y.dtype))
+        if STORE_RSTD:
+            ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
+
+
+@ct.kernel
+def rms_bwd_tile(
+    x,
+    dy,
+    w,
+    rstd_in,
+    dx,
+    dw_partial,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    ROUND_XHAT: ct.Constant[bool],
+):
+    """Persistent backward when a row fits one tile (N <= TILE_N).
+
+    dx for each (TILE_M, TILE_N) row tile; the block's share of dW accumulates in an fp32
+    (1, TILE_N) tile and is written once, to row bid of dw_partial (grid x N, fp32). The
+    assignment of rows to blocks depends only on the grid, so results are deterministic.
+    """
+    n = x.shape[1]
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
+    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
+        xf = ct.astype(ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        dyf = ct.astype(ct.load(dy, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        xhat = xf * rstd
+        wdy = dyf * wp
+        c = ct.sum(wdy * xhat, axis=1, keepdims=True) / n
+        ct.store(dx, (i, 0), ct.astype((wdy - xhat * c) * rstd, dx.dtype))
+        if HAS_WEIGHT:
+            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        ct.store(dw_partial, (ct.bid(0), 0), dw_acc)
+
+
+@ct.kernel
+def rms_bwd_row_dot(
+    x,
+    dy,
+    w,
+    rstd_in,
+    c_out,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+):
+    """First step of the chunked backward (rows longer than one tile): c = mean(wdy * xhat)
+    per row, into c_out (M,) fp32. Blocks stride over row tiles and walk the columns."""
+    n = x.shape[1]
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    num_chunks = ct.cdiv(n, TILE_N)
+    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        acc = ct.zeros((TILE_M, 1), dtype=ct.float32)
+        for j in range(num_chunks):
+            xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+            dyf = ct.astype(ct.load(dy, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+            wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
+            acc += ct.sum(dyf * wp * xf, axis=1, keepdims=True)
+        ct.store(c_out, (i,), ct.reshape(acc * rstd / n, (TILE_M,)))
+
+
+@ct.kernel
+def rms_bwd_chunked(
+    x,
+    dy,
+    w,
+    rstd_in,
+    c_in,
+    dx,
+    dw_partial,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    ROUND_XHAT: ct.Constant[bool],
+):
+    """Second step of the chunked backward, on a 2-D grid (row groups, column chunks).
+
+    Block (g, j) owns column chunk j of the row tiles g, g + G, g + 2G, ... (G = grid rows):
+    it writes dx there and its fp32 share of dW for chunk j to dw_partial[g, chunk j].
+    """
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    g = ct.bid(0)
+    j = ct.bid(1)
+    wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
+    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+    for i in range(g, num_row_tiles, ct.num_blocks(0)):
+        xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        dyf = ct.astype(ct.load(dy, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        c = ct.reshape(ct.load(c_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        xhat = xf * rstd
+        ct.store(dx, (i, j), ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype))
+        if HAS_WEIGHT:
+            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        ct.store(dw_partial, (g, j), dw_acc)
+
+
+@ct.kernel
+def dw_reduce(dw_partial, dw, TILE_G: ct.Constant[int], TILE_N: ct.Constant[int]):
+    """dw[n] = sum over g of dw_partial[g, n], in fp32, in a fixed order; stored in dw's dtype.
+
+    Blocks stride over TILE_N column chunks and walk the G partial rows TILE_G at a time.
+    """
+    num_g_tiles = ct.cdiv(dw_partial.shape[0], TILE_G)
+    num_chunks = ct.cdiv(dw_partial.shape[1], TILE_N)
+    for j in range(ct.bid(0), num_chunks, ct.num_blocks(0)):
+        acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+        for g in range(num_g_tiles):
+            acc += ct.sum(ct.load(dw_partial, (g, j), (TILE_G, TILE_N), padding_mode=ZERO), axis=0, keepdims=True)
+        ct.store(dw, (j,), ct.astype(ct.reshape(acc, (TILE_N,)), dw.dtype))

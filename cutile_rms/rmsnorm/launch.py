@@ -1,0 +1,115 @@
+"""Framework-free launchers for the RMSNorm kernels.
+
+They take DLPack-capable arrays (torch tensors, CuPy arrays, ...) that the caller has already
+validated and allocated, plus a stream that ``ct.launch`` accepts, and enqueue the kernels of a
+plan from :mod:`cutile_rms.rmsnorm.config`. Nothing here allocates or synchronizes.
+
+Absent optional arrays (no weight, no rstd to store, no dW workspace) are replaced by ``x`` as
+a placeholder: the kernels' compile-time flags remove every access to them.
+"""
+
+from cutile_rms._launch import launch, with_hints
+from cutile_rms.rmsnorm import kernels as K
+from cutile_rms.rmsnorm.config import (
+    BWD_TILE_TABLE,
+    FWD_TILE_TABLE,
+    REDUCE_TILE_G,
+    REDUCE_TILE_N,
+    BackwardPlan,
+    ForwardPlan,
+)
+
+__all__ = ["CASTING_MODES", "casting_code", "launch_backward", "launch_forward"]
+
+CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NONE}
+
+# One kernel object per occupancy hint the configs use, made once at import (each
+# replace_hints() object has its own JIT cache). The hint equals the tile's blocks per SM.
+_OCCUPANCIES = sorted({s.blocks_per_sm for s in (*FWD_TILE_TABLE.values(), *BWD_TILE_TABLE.values())})
+
+
+def _variants(kernel):
+    return {occ: with_hints(kernel, occupancy=occ) for occ in _OCCUPANCIES}
+
+
+_FWD_TILE = _variants(K.rms_fwd_tile)
+_BWD_TILE = _variants(K.rms_bwd_tile)
+
+
+def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
+    """Kernel constant for a casting mode. With fp32 input all three modes compute the same
+    thing, so they share the gemma (all-fp32) specialization."""
+    try:
+        code = CASTING_MODES[casting_mode]
+    except KeyError:
+        raise ValueError(f"casting_mode must be one of {tuple(CASTING_MODES)}, got {casting_mode!r}") from None
+    return K.CAST_GEMMA if is_fp32_input else code
+
+
+def forward_kernel(plan: ForwardPlan):
+    """The kernel object a forward plan launches."""
+    return _FWD_TILE[plan.occupancy] if plan.kernel == "tile" else K.rms_fwd_chunked
+
+
+def backward_tile_kernel(occupancy: int):
+    return _BWD_TILE[occupancy]
+
+
+def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream):
+    """y = rms_norm(x) * (offset + weight); rstd (m,) fp32 is stored unless it is None.
+
+    x, y: (m, n) arrays with unit stride along n; weight: (n,) or None.
+    """
+    has_weight = weight is not None
+    store_rstd = rstd is not None
+    args = (
+        x,
+        weight if has_weight else x,
+        y,
+        rstd if store_rstd else x,
+        float(eps),
+        float(offset),
+        plan.tile_m,
+        plan.tile_n,
+        casting,
+        has_weight,
+        store_rstd,
+    )
+    launch(stream, (plan.grid,), forward_kernel(plan), args)
+
+
+def launch_backward(
+    plan: BackwardPlan,
+    x,
+    dy,
+    weight,
+    rstd,
+    dx,
+    dw,
+    dw_partial,
+    row_dot,
+    offset: float,
+    casting: int,
+    stream,
+):
+    """dx (and dw unless weight is None) of y = rms_norm(x) * (offset + weight).
+
+    Workspaces (fp32, allocated by the caller, contents ignored): dw_partial of shape
+    (plan.partial_rows, n) when there is a weight, row_dot of shape (m,) when
+    plan.needs_row_dot. dw has weight's shape and dtype.
+    """
+    has_weight = weight is not None
+    w = weight if has_weight else x
+    partial = dw_partial if has_weight else x
+    round_xhat = has_weight and casting != K.CAST_GEMMA
+    if plan.kernel == "tile":
+        kernel = _BWD_TILE[plan.occupancy]
+        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
+        launch(stream, (plan.partial_rows,), kernel, args)
+    else:
+        dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.tile_m, plan.tile_n, has_weight)
+        launch(stream, (plan.dot_grid,), K.rms_bwd_row_dot, dot_args)
+        args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
+        launch(stream, (plan.partial_rows, plan.num_chunks), K.rms_bwd_chunked, args)
+    if has_weight:
+        launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))

@@ -1,0 +1,146 @@
+"""Ahead-of-time compilation of the kernel specializations the dispatcher can pick.
+
+tileiras runs on the host, so this needs no GPU. Coverage:
+- every (kernel, tile shape, occupancy hint) that config.py can plan, for each input dtype
+  (weight of the same dtype, llama casting, rstd stored);
+- every combination of the compile-time flags (casting mode, weight dtype or no weight, rstd
+  store, rounded xhat) at one tile shape per kernel, for each input dtype.
+The full cross product of the two (about 1,500 compiles per GPU architecture) would add no
+new code paths: the flags select code, the tile shape only sizes it.
+"""
+
+import itertools
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import cuda.tile as ct
+from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
+
+from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import kernels as K
+from cutile_rms.rmsnorm import launch as L
+
+DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+F32 = ScalarConstraint(ct.float32)
+
+
+def arr(dtype_name: str, ndim: int) -> ArrayConstraint:
+    return ArrayConstraint(
+        DTYPES[dtype_name], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
+        may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
+    )  # fmt: skip
+
+
+def _castings(x: str):
+    return [K.CAST_GEMMA] if x == "float32" else [K.CAST_LLAMA, K.CAST_GEMMA, K.CAST_NONE]
+
+
+def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd):
+    # Absent arrays are replaced by x at launch (launch.py), so they take x's constraint.
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), arr("float32", 1) if store_rstd else arr(x, 2),
+            F32, F32, tile_m, tile_n, casting, w is not None, store_rstd]  # fmt: skip
+
+
+def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat):
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr(x, 2),
+            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat]  # fmt: skip
+
+
+def _bwd_dot_params(x, w, tile_n):
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), F32,
+            1, tile_n, w is not None]  # fmt: skip
+
+
+def _bwd_chunk_params(x, w, tile_n, round_xhat):
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), arr(x, 2),
+            arr("float32", 2) if w else arr(x, 2), F32, 1, tile_n, w is not None, round_xhat]  # fmt: skip
+
+
+def jobs():
+    """(label, kernel object, params) for every specialization to compile, deduplicated."""
+    out = {}
+
+    def add(label, kernel, params):
+        key = (id(kernel), repr(params))
+        out.setdefault(key, (label, kernel, params))
+
+    fwd_tile = {s.blocks_per_sm: L._FWD_TILE[s.blocks_per_sm] for s in C.forward_tile_shapes()}
+    for x in DTYPES:
+        for s in C.forward_tile_shapes():
+            add(
+                f"fwd_tile {x} {s}",
+                fwd_tile[s.blocks_per_sm],
+                _fwd_params(x, x, s.tile_m, s.tile_n, K.CAST_LLAMA, True),
+            )
+        for tn in C.forward_chunk_widths():
+            add(f"fwd_chunked {x} {tn}", K.rms_fwd_chunked, _fwd_params(x, x, 1, tn, K.CAST_LLAMA, True))
+        for s in C.backward_tile_shapes():
+            add(
+                f"bwd_tile {x} {s}",
+                L.backward_tile_kernel(s.blocks_per_sm),
+                _bwd_tile_params(x, x, s.tile_m, s.tile_n, x != "float32"),
+            )
+        add(f"bwd_row_dot {x}", K.rms_bwd_row_dot, _bwd_dot_params(x, x, C.BWD_CHUNK_N))
+        add(f"bwd_chunked {x}", K.rms_bwd_chunked, _bwd_chunk_params(x, x, C.BWD_CHUNK_N, x != "float32"))
+        add(f"dw_reduce {x}", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+
+        # Flag combinations at one representative tile per kernel.
+        weights = [x, "float32" if x != "float32" else "bfloat16", None]
+        s_f = C.forward_tile_shape(4096)
+        s_b = C.backward_tile_shape(4096)
+        for w, casting, store in itertools.product(weights, _castings(x), (True, False)):
+            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", fwd_tile[s_f.blocks_per_sm],
+                _fwd_params(x, w, s_f.tile_m, s_f.tile_n, casting, store))  # fmt: skip
+            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}", K.rms_fwd_chunked,
+                _fwd_params(x, w, 1, C.FWD_CHUNK_N, casting, store))  # fmt: skip
+        for w in weights:
+            for round_xhat in (False,) if w is None or x == "float32" else (False, True):
+                add(f"bwd_tile {x} w={w} round={round_xhat}", L.backward_tile_kernel(s_b.blocks_per_sm),
+                    _bwd_tile_params(x, w, s_b.tile_m, s_b.tile_n, round_xhat))  # fmt: skip
+                add(f"bwd_chunked {x} w={w} round={round_xhat}", K.rms_bwd_chunked,
+                    _bwd_chunk_params(x, w, C.BWD_CHUNK_N, round_xhat))  # fmt: skip
+            add(f"bwd_row_dot {x} w={w}", K.rms_bwd_row_dot, _bwd_dot_params(x, w, C.BWD_CHUNK_N))
+            if w is not None:
+                add(
+                    f"dw_reduce {x} w={w}",
+                    K.dw_reduce,
+                    [arr("float32", 2), arr(w, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N],
+                )
+    return list(out.values())
+
+
+def _compile_one(args):
+    index, arch = args
+    label, kernel, params = jobs()[index]
+    sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v1())
+    import io
+
+    buf = io.BytesIO()
+    try:
+        export_kernel(kernel, [sig], buf, gpu_code=arch, output_format="cubin")
+    except Exception as e:  # report every failure, not only the first
+        return f"{arch} {label}: {type(e).__name__}: {str(e)[:2000]}"
+    if len(buf.getvalue()) == 0:
+        return f"{arch} {label}: empty cubin"
+    return None
+
+
+def compile_all(arch: str, workers: int | None = None) -> tuple[int, list[str]]:
+    """Compile every job for `arch`; returns (number compiled, failures)."""
+    n = len(jobs())
+    workers = workers or os.cpu_count() or 1
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(_compile_one, [(i, arch) for i in range(n)]))
+    return n, [r for r in results if r]
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    for arch in sys.argv[1:] or ["sm_90"]:
+        t = time.time()
+        n, failures = compile_all(arch)
+        print(f"{arch}: {n} specializations, {len(failures)} failures, {time.time() - t:.0f} s")
+        for f in failures:
+            print(f)

@@ -1,0 +1,37 @@
+import os
+
+import pytest
+import torch
+
+
+def _gpu_skip_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device: the gpu tier runs on a machine with an NVIDIA GPU (CONTRIBUTING.md)"
+    major, _ = torch.cuda.get_device_capability()
+    if major < 9:
+        return f"cuTile kernels need compute capability >= 9.0, this GPU has {major}.x"
+    try:
+        import cuda.tile  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the machine
+        return f"cuda.tile does not import: {e}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def gen():
+    """A fresh generator per test, seeded from the OS: inputs differ from run to run. The seed
+    is printed (shown on failure); CUTILE_RMS_TEST_SEED=<seed> replays it."""
+    seed = int(os.environ.get("CUTILE_RMS_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    g = torch.Generator().manual_seed(seed)
+    print(f"input seed {seed}")
+    return g

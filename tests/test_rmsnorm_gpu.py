@@ -1,0 +1,230 @@
+"""GPU tier: every kernel path against the float64 reference (y, rstd, dx, dw).
+
+The launcher-level tests poison every output and workspace with NaN before the launch, so an
+element a kernel fails to write shows up as non-finite. API-level tests go through the public
+torch functions and autograd.
+"""
+
+import pytest
+import torch
+
+from cutile_rms import RMSNorm, rms_norm, rms_norm_backward, rms_norm_forward
+from cutile_rms._device import device_info
+from cutile_rms.rmsnorm.config import FWD_MAX_TILE_N, plan_backward, plan_forward
+from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
+from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+MODES = ["persistent", "gather"]
+CASTINGS = ["llama", "gemma", "none"]
+# (has_weight, offset)
+AFFINE = [(True, 0.0), (True, 1.0), (False, 0.0)]
+EPS = 1e-6
+
+
+def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS):
+    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
+    dev = x.device
+    m, n = x.shape
+    num_sms = device_info(dev.index).num_sms
+    code = casting_code(casting, x.dtype == torch.float32)
+    stream = torch.cuda.current_stream(dev)
+
+    y = nan_like((m, n), x.dtype, dev)
+    rstd = nan_like((m,), torch.float32, dev)
+    launch_forward(plan_forward(m, n, num_sms, mode), x, w, y, rstd, eps, offset, code, stream)
+
+    plan = plan_backward(m, n, num_sms)
+    dx = nan_like((m, n), x.dtype, dev)
+    dw = None if w is None else nan_like(w.shape, w.dtype, dev)
+    partial = None if w is None else nan_like((plan.partial_rows, n), torch.float32, dev)
+    row_dot = nan_like((m,), torch.float32, dev) if plan.needs_row_dot else None
+    launch_backward(plan, x, dy, w, rstd, dx, dw, partial, row_dot, offset, code, stream)
+    torch.cuda.synchronize()
+    return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
+
+
+def check_variant(shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None):
+    x, dy, w = make_inputs(shape, dtype, "cuda", w_dtype=w_dtype, has_weight=has_weight, offset=offset, generator=gen)
+    x0, dy0, w0 = x.clone(), dy.clone(), (None if w is None else w.clone())
+    out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset)
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    tols = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tols)
+    # Inputs are never modified.
+    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+    assert w is None or torch.equal(w, w0)
+
+
+@pytest.mark.parametrize("shape", [(1, 123), (2003, 760), (37, 5120)], ids=str)
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_variants(mode, dtype, casting, has_weight, offset, shape, gen):
+    check_variant(shape, dtype, mode, casting, has_weight, offset, gen)
+
+
+SHAPES = [
+    (1, 4096),  # a single row
+    (2003, 760),  # odd M, N not a power of two
+    (1001, 1024),  # M not divisible by any TILE_M > 1
+    (64, 7168),
+    (16, 5120),
+    (4099, 512),
+    (300, 64),  # short rows: many rows per tile
+    (9, 16384),  # the longest single-tile row
+    (5, 16385),  # one past it: chunked, with a 1-element last chunk
+    (17, 65536),
+    (3, 262144),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_shapes(mode, dtype, shape, gen):
+    check_variant(shape, dtype, mode, "llama", True, 0.0, gen)
+
+
+@pytest.mark.parametrize(
+    "dtype,w_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.bfloat16)]
+)
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("mode", MODES)
+def test_mixed_weight_dtype(mode, casting, dtype, w_dtype, gen):
+    check_variant((333, 2048), dtype, mode, casting, True, 0.0, gen, w_dtype=w_dtype)
+
+
+@pytest.mark.parametrize("n", [1000, 20000])
+@pytest.mark.parametrize("mode", MODES)
+def test_forced_modes_take_their_paths(mode, n):
+    plan = plan_forward(64, n, 132, mode)
+    assert plan.mode == mode
+    assert plan.kernel == ("tile" if mode == "persistent" and n <= FWD_MAX_TILE_N else "chunked")
+
+
+# ------------------------------------------------------------------------------------------
+# Public torch API
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1536), (5, 1, 7, 760), (4100,)], ids=str)
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+def test_autograd_matches_reference(has_weight, offset, dtype, casting, shape, gen):
+    x, dy, w = make_inputs(shape, dtype, "cuda", has_weight=has_weight, offset=offset, generator=gen)
+    xg = x.clone().requires_grad_()
+    wg = None if w is None else w.clone().requires_grad_()
+    y = rms_norm(xg, wg, EPS, offset=offset, casting_mode=casting)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    y.backward(dy)
+    yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    tols = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all({"y": y, "dx": xg.grad, "dw": None if wg is None else wg.grad}, {"y": yr, "dx": dxr, "dw": dwr}, tols)
+
+
+@pytest.mark.parametrize("n", [4096, 65536])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_standalone_backward_matches_autograd(dtype, n, gen):
+    x, dy, w = make_inputs((129, n), dtype, "cuda", generator=gen)
+    y, rstd = rms_norm_forward(x, w, EPS)
+    assert rstd.dtype == torch.float32 and rstd.shape == x.shape[:-1]
+    dx, dw = rms_norm_backward(x, dy, w, rstd)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    rms_norm(xg, wg, EPS).backward(dy)
+    # Same kernels, same inputs: the autograd path and the standalone pair agree bitwise.
+    assert torch.equal(dx, xg.grad) and torch.equal(dw, wg.grad)
+    yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"y": y, "rstd": rstd, "dx": dx, "dw": dw}, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr},
+              tolerances(dtype, dtype, "llama"))  # fmt: skip
+
+
+def test_only_weight_requires_grad(gen):
+    x, dy, w = make_inputs((300, 1024), torch.bfloat16, "cuda", generator=gen)
+    wg = w.clone().requires_grad_()
+    rms_norm(x, wg).backward(dy)
+    _, _, _, dwr = rms_norm_ref_grads(x, dy, w)
+    check_all({"dw": wg.grad}, {"dw": dwr}, tolerances(x.dtype, w.dtype, "llama"))
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (64, 65536)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_backward_is_deterministic(dtype, shape, gen):
+    x, dy, w = make_inputs(shape, dtype, "cuda", generator=gen)
+    _, rstd = rms_norm_forward(x, w)
+    dx1, dw1 = rms_norm_backward(x, dy, w, rstd)
+    dx2, dw2 = rms_norm_backward(x, dy, w, rstd)
+    assert torch.equal(dx1, dx2) and torch.equal(dw1, dw2)
+
+
+def test_inference_stores_no_rstd(gen):
+    m, n = 8192, 1024
+    x, _, w = make_inputs((m, n), torch.bfloat16, "cuda", generator=gen)
+    torch.cuda.synchronize()
+    wg = w.clone().requires_grad_()
+    # Training path allocates y and rstd; inference (no grad) only y.
+    for grad_enabled, expected_extra in ((False, 0), (True, m * 4)):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        with torch.set_grad_enabled(grad_enabled):
+            y = rms_norm(x, wg)
+        torch.cuda.synchronize()
+        grew = torch.cuda.max_memory_allocated() - base
+        assert grew == x.numel() * x.element_size() + expected_extra, (grad_enabled, grew)
+        assert (y.grad_fn is not None) == grad_enabled
+        del y
+    _, rstd = rms_norm_forward(x, w, store_rstd=False)
+    assert rstd is None
+
+
+def test_empty_rows():
+    x = torch.empty((0, 4, 256), device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = rms_norm(x, w)
+    assert y.shape == x.shape
+    y.backward(torch.empty_like(y))
+    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros_like(w))
+    y2, rstd = rms_norm_forward(x, w)
+    assert y2.shape == x.shape and rstd.shape == (0, 4)
+
+
+def test_strided_rows_without_copy(gen):
+    base, dy, w = make_inputs((500, 2 * 1024), torch.float16, "cuda", generator=gen)
+    x = base[:, :1024]  # row stride 2048, unit column stride
+    y, rstd = rms_norm_forward(x, w[:1024].contiguous())
+    yr, rr = rms_norm_ref_grads(x, dy[:, :1024], w[:1024])[:2]
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(x.dtype, x.dtype, "llama"))
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_module_matches_torch_nn(offset, gen):
+    n = 2048
+    ours = RMSNorm(n, eps=1e-5, device="cuda", dtype=torch.float32, offset=offset)
+    ref = torch.nn.RMSNorm(n, eps=1e-5, device="cuda", dtype=torch.float32)
+    with torch.no_grad():
+        w = 0.1 * torch.randn(n, generator=gen).cuda()
+        ours.weight.copy_(w + (1 - offset))
+        ref.weight.copy_(w + 1)
+    x = torch.randn(4, 33, n, generator=gen).cuda()
+    assert torch.allclose(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+    assert ours.state_dict().keys() == ref.state_dict().keys()
+
+
+def test_validation_on_gpu():
+    x = torch.randn(4, 64, device="cuda")
+    with pytest.raises(TypeError, match="non-floating"):
+        rms_norm(torch.ones(4, 64, device="cuda", dtype=torch.int32))
+    with pytest.raises(ValueError, match="weight is on cpu"):
+        rms_norm(x, torch.ones(64))
+    with pytest.raises(ValueError, match="shape"):
+        rms_norm(x, torch.ones(32, device="cuda"))
+    _, rstd = rms_norm_forward(x)
+    with pytest.raises(ValueError, match="dy must have"):
+        rms_norm_backward(x, torch.randn(4, 32, device="cuda"), None, rstd)
+    with pytest.raises(ValueError, match="rstd must have shape"):
+        rms_norm_backward(x, torch.randn_like(x), None, rstd[:2])
+    with pytest.raises(ValueError, match="rstd is on cpu"):
+        rms_norm_backward(x, torch.randn_like(x), None, rstd.cpu())
