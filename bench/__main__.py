@@ -1,0 +1,71 @@
+"""python -m bench [--set training decode models] [--dtype bfloat16 ...] [--out DIR]
+
+Runs every provider side by side on one GPU and writes DIR/results.csv (long format),
+DIR/summary.md (cutile_rms vs best other provider) and DIR/plots/*.png.
+"""
+
+import argparse
+import os
+import shlex
+import sys
+
+
+def main(argv=None) -> int:
+    from bench import cases as C
+
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[2])
+    ap.add_argument("--set", nargs="+", default=["training", "decode"], choices=["training", "decode", "models"])
+    ap.add_argument("--dtype", nargs="+", default=list(C.DTYPE_NAMES), choices=C.DTYPE_NAMES)
+    ap.add_argument("--variant", nargs="+", default=["llama"], choices=C.VARIANTS)
+    ap.add_argument("--op", nargs="+", default=list(C.OPS), choices=C.OPS)
+    ap.add_argument("--provider", nargs="+", default=None, help="subset of providers (default: all)")
+    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
+    ap.add_argument("--out", default="bench/results/latest")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--commit", default=None, help="commit to record (default: git rev-parse HEAD)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m bench: no CUDA GPU here; the benchmark times kernels on a GPU.")
+        return 2
+    from bench.report import summary_markdown, write_csv
+    from bench.run import run
+
+    try:
+        from tqdm import tqdm
+
+        progress = lambda it: tqdm(it, desc="cases", file=sys.stderr)  # noqa: E731
+    except ImportError:
+
+        def progress(it):
+            it = list(it)
+            for i, x in enumerate(it):
+                print(f"[{i + 1}/{len(it)}] {x}", file=sys.stderr, flush=True)
+                yield x
+
+    os.makedirs(args.out, exist_ok=True)
+    shapes = [s for name in args.set for s in C.shape_set(name)]
+    rows = list(
+        run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit)
+    )
+    csv_path = os.path.join(args.out, "results.csv")
+    write_csv(csv_path, rows)
+    command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    summary = summary_markdown(rows, command)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(summary)
+    print(summary)
+    if not args.no_plots:
+        try:
+            from bench.plot import plot
+
+            plot(csv_path, os.path.join(args.out, "plots"))
+        except ImportError as e:
+            print(f"plots skipped: {e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Plots from a benchmark CSV (separate from the run):  python -m bench.plot results.csv [outdir]
+
+One PNG per (op, dtype, variant, timing): GB/s against N for every provider, with the copy
+ceiling measured in the same run as a dashed line.
+"""
+
+import os
+import sys
+from collections import defaultdict
+
+from bench.report import read_csv
+
+
+def plot(csv_path: str, out_dir: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_csv(csv_path) if r["status"] == "ok"]
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["op"], r["dtype"], r["variant"], r["timing"])].append(r)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for (op, dtype, variant, timing), rs in sorted(groups.items()):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        by_p = defaultdict(list)
+        for r in rs:
+            by_p[r["provider"]].append((int(r["N"]), int(r["M"]), float(r["gbps"])))
+        for p, pts in sorted(by_p.items()):
+            pts.sort()
+            ax.plot([f"{n}" if len({q[1] for q in pts}) == len(pts) else f"{m}x{n}" for n, m, _ in pts],
+                    [g for _, _, g in pts], marker="o", label=p,
+                    linewidth=2.5 if p == "cutile_rms" else 1.2)  # fmt: skip
+        ceil = sorted({(int(r["N"]), float(r["copy_gbps"])) for r in rs})
+        if ceil:
+            ax.plot([str(n) for n, _ in ceil], [c for _, c in ceil], "k--", label="copy ceiling")
+        ax.set_title(f"RMSNorm {op} ({variant}, {dtype}, {timing} timing)")
+        ax.set_xlabel("N (hidden size)")
+        ax.set_ylabel("GB/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{op}_{dtype}_{variant}_{timing}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    csv_path = sys.argv[1]
+    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(csv_path) or ".", "plots")
+    for p in plot(csv_path, out):
+        print(p)

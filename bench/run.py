@@ -1,0 +1,146 @@
+"""The benchmark loop: cases x providers x ops, checked against float64, then timed."""
+
+import datetime
+import subprocess
+
+import torch
+
+from bench import cases as C
+from bench import timing as T
+from bench.providers import all_providers, variant_args
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        out = ""
+    return out or "unknown"
+
+
+def _ref(x, w, dy, offset):
+    xd = x.detach().double().requires_grad_()
+    wd = None if w is None else w.detach().double().requires_grad_()
+    y = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+    if wd is not None:
+        y = y * (offset + wd)
+    grads = torch.autograd.grad(y, [t for t in (xd, wd) if t is not None], dy.double())
+    return y.detach(), grads[0], (grads[1] if wd is not None else None)
+
+
+def _rel(a, b):
+    return ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def check(provider, x, w, dy, variant):
+    """None if the provider's y, dx, dw are within CHECK_RTOL of float64, else a message."""
+    pw, off, casting = variant_args(provider, variant, w)
+    xg = x.detach().clone().requires_grad_()
+    y = provider.fn(xg, pw, off, casting)
+    inputs = [xg] + ([pw] if pw is not None else [])
+    grads = torch.autograd.grad(y, inputs, dy)
+    yr, dxr, dwr = _ref(x, w, dy, 1.0 if variant == "gemma" else 0.0)
+    tol = C.CHECK_RTOL[str(x.dtype).removeprefix("torch.")]
+    errs = {"y": _rel(y, yr), "dx": _rel(grads[0], dxr)}
+    if dwr is not None:
+        errs["dw"] = _rel(grads[1], dwr)
+    bad = {k: v for k, v in errs.items() if not v <= tol}
+    return None if not bad else "wrong: " + ", ".join(f"{k} rel err {v:.2e} > {tol:g}" for k, v in bad.items())
+
+
+def make_calls(provider, op, sets, variant):
+    """One closure per input set for an op. sets: list of (x, w, dy)."""
+    calls = []
+    for x, w, dy in sets:
+        pw, off, casting = variant_args(provider, variant, w)
+        inputs = [x] + ([pw] if pw is not None else [])
+        if op == "fwd":
+            calls.append(lambda x=x, pw=pw, off=off, c=casting: provider.fn(x, pw, off, c))
+        elif op == "fwd_infer":
+
+            def f(x=x, pw=pw, off=off, c=casting):
+                with torch.no_grad():
+                    return provider.fn(x, pw, off, c)
+
+            calls.append(f)
+        elif op == "bwd":
+            y = provider.fn(x, pw, off, casting)
+            calls.append(lambda y=y, inputs=inputs, dy=dy: torch.autograd.grad(y, inputs, dy, retain_graph=True))
+        elif op == "fwd_bwd":
+
+            def f(x=x, pw=pw, off=off, c=casting, inputs=inputs, dy=dy):
+                return torch.autograd.grad(provider.fn(x, pw, off, c), inputs, dy)
+
+            calls.append(f)
+    return calls
+
+
+def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None):
+    """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set()."""
+    gpu = torch.cuda.get_device_name()
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    sha = sha or commit()
+    providers = all_providers(provider_names)
+    work = [(d, m, n, lab, v) for d in dtypes for (m, n, lab) in shapes for v in variants]
+    for dtype, m, n, label, variant in progress(work) if progress else work:
+        tdt = DTYPES[dtype]
+        has_w = variant != "noweight"
+        base = dict(variant=variant, dtype=dtype, M=m, N=n, gpu=gpu, commit=sha, timestamp=stamp, label=label)
+        nsets = T.num_sets(C.op_bytes("fwd", m, n, dtype, has_w))
+        gen = torch.Generator(device="cuda").manual_seed(1234 + m + n)
+
+        def rnd(shape, gen=gen, tdt=tdt):
+            return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
+
+        sets = []
+        for _ in range(nsets):
+            x = rnd((m, n)).requires_grad_()
+            w = (1.0 + 0.1 * rnd((n,)).float()).to(tdt).requires_grad_() if has_w else None
+            if variant == "gemma" and w is not None:
+                w = (0.1 * rnd((n,)).float()).to(tdt).requires_grad_()
+            sets.append((x, w, rnd((m, n))))
+        # Copy ceiling: an elementwise kernel reading x and writing a tensor of x's size.
+        outs = [torch.empty_like(s[0]) for s in sets]
+        copy_calls = [lambda x=s[0], o=o: torch.neg(x.detach(), out=o) for s, o in zip(sets, outs, strict=False)]
+        copy_est = T.eager_us(copy_calls[:1], reps=3)
+        copy_gbps = C.copy_bytes(m, n, dtype) / (T.graph_us(copy_calls, copy_est) * 1e-6) / 1e9
+        del outs, copy_calls
+        for p in providers:
+            row = dict(base, provider=p.name, copy_gbps=round(copy_gbps, 1))
+            if p.missing:
+                for op in ops:
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="missing", note=p.missing)
+                continue
+            try:
+                err = check(p, *sets[0][:2], sets[0][2], variant)
+            except Exception as e:
+                err = f"failed: {type(e).__name__}: {e}"[:300]
+            for op in ops:
+                nbytes = C.op_bytes(op, m, n, dtype, has_w)
+                if err:
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status=err.split(":")[0], note=err)
+                    continue
+                try:
+                    calls = make_calls(p, op, sets, variant)
+                    est = T.eager_us(calls, reps=3)
+                    results = {}
+                    if "eager" in timings:
+                        results["eager"] = T.eager_us(calls)
+                    if "graph" in timings:
+                        results["graph"] = T.graph_us(calls, est)
+                    note = f"{nsets} input sets rotated"
+                    for t, us in results.items():
+                        gbps = round(nbytes / (us * 1e-6) / 1e9, 1)
+                        yield dict(row, op=op, timing=t, time_us=round(us, 3), gbps=gbps, status="ok", note=note)
+                except Exception as e:
+                    msg = f"failed: {type(e).__name__}: {e}"[:300].replace("\n", " ")
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="failed", note=msg)
+                finally:
+                    torch.cuda.synchronize()
+        del sets
+        torch.cuda.empty_cache()

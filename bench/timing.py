@@ -1,0 +1,84 @@
+"""Timing: kernel time from CUDA-graph replay, and eager call latency.
+
+graph: R input sets are rotated so that consecutive calls never reuse a set (for the training
+shapes each set alone is larger than L2); `inner` calls are captured into one CUDA graph; the
+graph is replayed `reps` times between CUDA events after warm-up; the result is the median
+replay time / inner. Decode-size inputs are rotated over at most MAX_SETS sets and can still
+be partly L2-resident (the CSV records the rotated bytes).
+eager: the Python call as a user's loop sees it (host overhead included), timed with a host
+clock around `inner` calls after a synchronize, median of `reps` loops.
+"""
+
+import statistics
+import time
+
+import torch
+
+L2_BYTES = 60 * 2**20  # H200; read from the device when torch exposes it
+MAX_SETS = 64
+TARGET_REPLAY_US = 2000.0
+
+
+def l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 0) or L2_BYTES)
+
+
+def num_sets(bytes_per_call: int) -> int:
+    """Enough input sets that their total exceeds twice the L2, at least 2, at most MAX_SETS."""
+    return max(2, min(MAX_SETS, -(-2 * l2_bytes() // max(1, bytes_per_call))))
+
+
+def _inner(est_us: float) -> int:
+    return max(5, min(400, int(TARGET_REPLAY_US / max(est_us, 0.5))))
+
+
+def eager_us(calls, reps: int = 7) -> float:
+    """Median per-call host-observed time over `reps` loops; calls rotate over input sets."""
+    for c in calls:
+        c()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    calls[0]()
+    torch.cuda.synchronize()
+    inner = _inner((time.perf_counter() - t0) * 1e6)
+    samples = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(inner):
+            calls[i % len(calls)]()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) * 1e6 / inner)
+    return statistics.median(samples)
+
+
+def graph_us(calls, est_us: float, reps: int = 20) -> float:
+    """Median per-call device time from CUDA-graph replay (see module docstring)."""
+    inner = _inner(est_us)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up on a side stream, as graph capture requires
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    # thread_local: CUDA calls made by other threads (the autograd engine's device threads)
+    # during the capture do not invalidate it.
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        for i in range(inner):
+            calls[i % len(calls)]()
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        start[i].record()
+        g.replay()
+        end[i].record()
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(b) * 1000.0 / inner for a, b in zip(start, end, strict=False)]
+    del g
+    return statistics.median(times)

@@ -1,0 +1,94 @@
+"""CPU tier: the benchmark's byte counts, CSV schema, ratio table and plotting script."""
+
+import pytest
+
+from bench import cases as C
+from bench.report import COLUMNS, ratio_table, read_csv, summary_markdown, write_csv
+
+
+def test_byte_counts():
+    m, n = 1000, 4096
+    es = 2
+    assert C.op_bytes("fwd_infer", m, n, "bfloat16") == 2 * m * n * es + n * es
+    assert C.op_bytes("fwd", m, n, "bfloat16") == 2 * m * n * es + n * es + 4 * m
+    assert C.op_bytes("bwd", m, n, "bfloat16") == 3 * m * n * es + 2 * n * es + 4 * m
+    assert C.op_bytes("fwd_bwd", m, n, "float32") == C.op_bytes("fwd", m, n, "float32") + C.op_bytes(
+        "bwd", m, n, "float32")  # fmt: skip
+    assert C.op_bytes("fwd", m, n, "bfloat16", has_weight=False) == 2 * m * n * es + 4 * m
+    assert C.op_bytes("fwd_infer", m, n, "bfloat16", w_dtype="float32") == 2 * m * n * es + 4 * n
+    assert C.copy_bytes(m, n, "float32") == 2 * m * n * 4
+    # The anchors file's formulas (shared/reference/h200-anchors.md): 2*M*N*es + N*es + 4*M.
+    assert C.op_bytes("fwd", 16384, 4096, "bfloat16") == 2 * 16384 * 4096 * 2 + 4096 * 2 + 4 * 16384
+
+
+def test_shape_sets():
+    training = C.shape_set("training")
+    assert [n for _, n, _ in training] == C.TRAINING_N
+    assert all(m * n <= C.TRAINING_ELEMS and (m + 1) * n > C.TRAINING_ELEMS for m, n, _ in training)
+    assert (13107, 5120, "") in training and (9362, 7168, "") in training  # as in the anchors
+    assert len(C.shape_set("decode")) == 6
+    assert {lab for _, _, lab in C.shape_set("models")} == set(C.MODEL_HIDDEN)
+    with pytest.raises(ValueError):
+        C.shape_set("huge")
+
+
+def _row(provider, op, us, gbps, timing="graph", status="ok", n=4096):
+    return dict(provider=provider, op=op, variant="llama", dtype="bfloat16", M=1024, N=n, timing=timing,
+                time_us=us, gbps=gbps, copy_gbps=4000.0, gpu="TestGPU", commit="abc", timestamp="t",
+                status=status, label="", note="")  # fmt: skip
+
+
+def _synthetic():
+    return [
+        _row("cutile_rms", "fwd", 10.0, 3800.0),
+        _row("cutile_rms:gather", "fwd", 12.0, 3100.0),
+        _row("liger", "fwd", 12.5, 3000.0),
+        _row("torch", "fwd", 20.0, 1900.0),
+        _row("quack", "fwd", "", "", status="missing"),
+        _row("cutile_rms", "bwd", 30.0, 2000.0),
+        _row("torch_compile", "bwd", 24.0, 2500.0),
+        _row("cutile_rms", "fwd", 15.0, 2600.0, timing="eager"),
+        _row("torch", "fwd", 30.0, 1300.0, timing="eager"),
+    ]
+
+
+def test_csv_schema_roundtrip(tmp_path):
+    path = tmp_path / "r.csv"
+    write_csv(path, _synthetic())
+    rows = read_csv(path)
+    assert list(rows[0].keys()) == COLUMNS
+    required = {"provider", "op", "variant", "dtype", "M", "N", "timing", "time_us", "gbps", "copy_gbps", "gpu",
+                "commit", "timestamp"}  # fmt: skip
+    assert required <= set(COLUMNS)
+    assert len(rows) == len(_synthetic())
+
+
+def test_ratio_table(tmp_path):
+    path = tmp_path / "r.csv"
+    write_csv(path, _synthetic())
+    rows = read_csv(path)
+    t = {e["op"]: e for e in ratio_table(rows, "graph")}
+    # Forced cutile modes are ours, never the "best other"; missing providers are skipped.
+    assert t["fwd"]["best"] == "liger" and t["fwd"]["ratio"] == pytest.approx(1.25)
+    assert t["bwd"]["best"] == "torch_compile" and t["bwd"]["ratio"] == pytest.approx(0.8)
+    e = ratio_table(rows, "eager")
+    assert len(e) == 1 and e[0]["ratio"] == pytest.approx(2.0)
+    md = summary_markdown(rows, "python -m bench --set training")
+    assert (
+        "provider `quack` missing" in md and "| fwd | llama | bfloat16 | 1024 | 4096 | 10.00 | 3800 | 95 | liger" in md
+    )
+
+
+def test_plot_script(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot
+
+    path = tmp_path / "r.csv"
+    rows = _synthetic() + [_row("cutile_rms", "fwd", 40.0, 3900.0, n=8192), _row("liger", "fwd", 44.0, 3500.0, n=8192)]
+    write_csv(path, rows)
+    out = plot(str(path), str(tmp_path / "plots"))
+    names = sorted(p.split("/")[-1] for p in out)
+    assert "fwd_bfloat16_llama_graph.png" in names and "bwd_bfloat16_llama_graph.png" in names
+    for p in out:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
