@@ -53,9 +53,7 @@ def eager_us(calls, reps: int = 7) -> float:
     return statistics.median(samples)
 
 
-def graph_us(calls, est_us: float, reps: int = 20) -> float:
-    """Median per-call device time from CUDA-graph replay (see module docstring)."""
-    inner = _inner(est_us)
+def _capture(calls, inner):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up on a side stream, as graph capture requires
@@ -69,6 +67,24 @@ def graph_us(calls, est_us: float, reps: int = 20) -> float:
     with torch.cuda.graph(g, capture_error_mode="thread_local"):
         for i in range(inner):
             calls[i % len(calls)]()
+    return g
+
+
+def graph_us(calls, est_us: float, reps: int = 20) -> tuple[float, str]:
+    """Median per-call device time from CUDA-graph replay (see module docstring), and a note.
+
+    The first capture of an autograd backward in a process has been seen to fail on the H200
+    (cudaErrorStreamCaptureInvalidated) and the same capture to succeed right after; such a
+    capture is retried once and the note says so.
+    """
+    inner = _inner(est_us)
+    note = ""
+    try:
+        g = _capture(calls, inner)
+    except Exception as e:
+        torch.cuda.synchronize()
+        note = f"capture retried after {type(e).__name__}"
+        g = _capture(calls, inner)
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
@@ -81,4 +97,4 @@ def graph_us(calls, est_us: float, reps: int = 20) -> float:
     torch.cuda.synchronize()
     times = [a.elapsed_time(b) * 1000.0 / inner for a, b in zip(start, end, strict=False)]
     del g
-    return statistics.median(times)
+    return statistics.median(times), note
