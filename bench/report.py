@@ -9,11 +9,17 @@ OURS = "cutile_rms"
 
 
 def write_csv(path, rows):
+    """Write rows (any iterable) to a new CSV, flushing each row, and return them as a list:
+    a run cut short still leaves every finished row on disk."""
+    done = []
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in COLUMNS})
+            f.flush()
+            done.append(r)
+    return done
 
 
 def read_csv(path):
