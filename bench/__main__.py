@@ -47,11 +47,9 @@ def main(argv=None) -> int:
 
     os.makedirs(args.out, exist_ok=True)
     shapes = [s for name in args.set for s in C.shape_set(name)]
-    rows = list(
-        run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit)
-    )
     csv_path = os.path.join(args.out, "results.csv")
-    write_csv(csv_path, rows)
+    results = run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit)
+    rows = write_csv(csv_path, results)
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     summary = summary_markdown(rows, command)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
