@@ -53,38 +53,39 @@ def eager_us(calls, reps: int = 7) -> float:
     return statistics.median(samples)
 
 
+_capture_stream = None
+
+
+def capture_stream() -> torch.cuda.Stream:
+    """The one side stream graphs are captured on. Work whose backward is captured later must
+    run its forward on this stream too: autograd runs each backward op on the stream of its
+    forward op, and a backward op on any other stream invalidates the capture (seen on the
+    H200 for torch's own F.rms_norm as for ours)."""
+    global _capture_stream
+    if _capture_stream is None:
+        _capture_stream = torch.cuda.Stream()
+    return _capture_stream
+
+
 def _capture(calls, inner):
-    s = torch.cuda.Stream()
+    s = capture_stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up on a side stream, as graph capture requires
+    with torch.cuda.stream(s):  # warm-up on the capture stream
         for c in calls:
             c()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    # thread_local: CUDA calls made by other threads (the autograd engine's device threads)
-    # during the capture do not invalidate it.
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+    with torch.cuda.graph(g, stream=s):
         for i in range(inner):
             calls[i % len(calls)]()
     return g
 
 
-def graph_us(calls, est_us: float, reps: int = 20) -> tuple[float, str]:
-    """Median per-call device time from CUDA-graph replay (see module docstring), and a note.
-
-    The first capture of an autograd backward in a process has been seen to fail on the H200
-    (cudaErrorStreamCaptureInvalidated) and the same capture to succeed right after; such a
-    capture is retried once and the note says so.
-    """
+def graph_us(calls, est_us: float, reps: int = 20) -> float:
+    """Median per-call device time from CUDA-graph replay (see module docstring)."""
     inner = _inner(est_us)
-    note = ""
-    try:
-        g = _capture(calls, inner)
-    except Exception as e:
-        torch.cuda.synchronize()
-        note = f"capture retried after {type(e).__name__}"
-        g = _capture(calls, inner)
+    g = _capture(calls, inner)
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
@@ -97,4 +98,4 @@ def graph_us(calls, est_us: float, reps: int = 20) -> tuple[float, str]:
     torch.cuda.synchronize()
     times = [a.elapsed_time(b) * 1000.0 / inner for a, b in zip(start, end, strict=False)]
     del g
-    return statistics.median(times), note
+    return statistics.median(times)
