@@ -1,23 +1,30 @@
-"""Plots from a benchmark CSV (separate from the run):  python -m bench.plot results.csv [outdir]
+"""Plots from a benchmark CSV (separate from the run):
+
+    python -m bench.plot results.csv [outdir] [--timing graph] [--variant llama ...]
 
 One PNG per (op, dtype, variant, timing): GB/s against N for every provider, with the copy
 ceiling measured in the same run as a dashed line.
 """
 
 import os
-import sys
 from collections import defaultdict
 
 from bench.report import read_csv
 
 
-def plot(csv_path: str, out_dir: str) -> list[str]:
+def plot(csv_path: str, out_dir: str, timings=None, variants=None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in read_csv(csv_path) if r["status"] == "ok"]
+    rows = [
+        r
+        for r in read_csv(csv_path)
+        if r["status"] == "ok"
+        and (not timings or r["timing"] in timings)
+        and (not variants or r["variant"] in variants)
+    ]
     groups = defaultdict(list)
     for r in rows:
         groups[(r["op"], r["dtype"], r["variant"], r["timing"])].append(r)
@@ -50,7 +57,14 @@ def plot(csv_path: str, out_dir: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    csv_path = sys.argv[1]
-    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(csv_path) or ".", "plots")
-    for p in plot(csv_path, out):
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m bench.plot")
+    ap.add_argument("csv")
+    ap.add_argument("out", nargs="?", default=None)
+    ap.add_argument("--timing", nargs="+", default=None)
+    ap.add_argument("--variant", nargs="+", default=None)
+    a = ap.parse_args()
+    out = a.out or os.path.join(os.path.dirname(a.csv) or ".", "plots")
+    for p in plot(a.csv, out, a.timing, a.variant):
         print(p)

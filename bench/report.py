@@ -85,3 +85,22 @@ def summary_markdown(rows, command: str = "") -> str:
                 f"{e.get('best_us', float('nan')):.2f} | {e.get('ratio', float('nan')):.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    """python -m bench.report OUT.md RESULTS.csv [...]: the summary of one or more runs' CSVs."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m bench.report", description=main.__doc__)
+    ap.add_argument("out")
+    ap.add_argument("csv", nargs="+")
+    ap.add_argument("--command", default="", help="the command(s) that produced the CSVs, for the record")
+    args = ap.parse_args(argv)
+    rows = [r for path in args.csv for r in read_csv(path)]
+    with open(args.out, "w") as f:
+        f.write(summary_markdown(rows, args.command))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
