@@ -9,12 +9,14 @@ import os
 import shlex
 import sys
 
+DEFAULT_SETS = ["training", "decode"]
+
 
 def main(argv=None) -> int:
     from bench import cases as C
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[2])
-    ap.add_argument("--set", nargs="+", default=["training", "decode"], choices=["training", "decode", "models"])
+    ap.add_argument("--set", nargs="+", default=DEFAULT_SETS, choices=["training", "decode", "models", "cpu"])
     ap.add_argument("--dtype", nargs="+", default=list(C.DTYPE_NAMES), choices=C.DTYPE_NAMES)
     ap.add_argument("--variant", nargs="+", default=["llama"], choices=C.VARIANTS)
     ap.add_argument("--op", nargs="+", default=list(C.OPS), choices=C.OPS)
@@ -23,13 +25,29 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench/results/latest")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--commit", default=None, help="commit to record (default: git rev-parse HEAD)")
+    ap.add_argument("--no-cpu-shapes", dest="cpu_shapes", action="store_false",
+                    help="without a GPU, run the requested sets instead of the small 'cpu' set")  # fmt: skip
     args = ap.parse_args(argv)
 
     import torch
 
-    if not torch.cuda.is_available():
-        print("python -m bench: no CUDA GPU here; the benchmark times kernels on a GPU.")
-        return 2
+    from cutile_rms import interpret
+
+    device = "cuda"
+    if not torch.cuda.is_available() or interpret.is_enabled():
+        # One-line notice, then the same pipeline on the CPU: cutile_rms through the cuTile
+        # interpreter, torch eager beside it, a small shape set unless one was asked for.
+        print("python -m bench: no GPU (or CUTILE_RMS_INTERPRET=1): running cutile_rms through the cuTile "
+              "interpreter on the CPU; eager timings only, and they time the interpreter, not a GPU.")  # fmt: skip
+        interpret.enable()
+        device = "cpu"
+        if args.cpu_shapes:  # keep the CPU run to a minute unless asked otherwise
+            if args.set == DEFAULT_SETS:
+                args.set = ["cpu"]
+            if args.dtype == list(C.DTYPE_NAMES):
+                args.dtype = ["bfloat16"]
+            if args.provider is None:
+                args.provider = ["cutile_rms", "torch", "torch_compile", "liger", "quack"]
     from bench.report import summary_markdown, write_csv
     from bench.run import run
 
@@ -48,7 +66,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     shapes = [s for name in args.set for s in C.shape_set(name)]
     csv_path = os.path.join(args.out, "results.csv")
-    results = run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit)
+    results = run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit,
+                  device)  # fmt: skip
     rows = write_csv(csv_path, results)
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     summary = summary_markdown(rows, command)

@@ -18,6 +18,8 @@ MODEL_HIDDEN = {
 }
 MODEL_TOKENS = [4096, 16384]
 
+CPU_SHAPES = [(64, 4096), (256, 1024), (8, 20000)]
+
 OPS = ("fwd", "fwd_infer", "bwd", "fwd_bwd")
 VARIANTS = ("llama", "gemma", "noweight")
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -39,6 +41,8 @@ def shape_set(name: str) -> list[tuple[int, int, str]]:
         return [(TRAINING_ELEMS // n, n, "") for n in TRAINING_N]
     if name == "decode":
         return [(m, n, "") for n in DECODE_N for m in DECODE_M]
+    if name == "cpu":  # what the interpreter runs in seconds on a machine without a GPU
+        return [(m, n, "") for m, n in CPU_SHAPES]
     if name == "models":
         return [(t, h, model) for model, h in MODEL_HIDDEN.items() for t in MODEL_TOKENS]
     raise ValueError(f"unknown shape set {name!r}; choose training, decode or models")

@@ -69,15 +69,18 @@ def _quack():
     return fn
 
 
-def all_providers(names=None) -> list[Provider]:
+def all_providers(names=None, on_gpu: bool = True) -> list[Provider]:
     out = [
         Provider("cutile_rms", _cutile(None)),
         Provider("cutile_rms:persistent", _cutile("persistent")),
         Provider("cutile_rms:gather", _cutile("gather")),
         Provider("torch", _torch, native_offset=False),
-        Provider("torch_compile", _torch_compile, native_offset=False),
     ]
-    for name, factory, native in (("liger", _liger, True), ("quack", _quack, False)):
+    gpu_only = (("torch_compile", lambda: _torch_compile, False), ("liger", _liger, True), ("quack", _quack, False))
+    for name, factory, native in gpu_only:
+        if not on_gpu:
+            out.append(Provider(name, missing="needs a CUDA GPU (this run uses the cuTile interpreter on the CPU)"))
+            continue
         try:
             out.append(Provider(name, factory(), native_offset=native))
         except Exception as e:  # ImportError, or a broken install

@@ -77,22 +77,32 @@ def make_calls(provider, op, sets, variant):
     return calls
 
 
-def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None):
-    """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set()."""
-    gpu = torch.cuda.get_device_name()
+def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None,
+        device="cuda"):  # fmt: skip
+    """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set().
+
+    device="cpu" runs cutile_rms through the cuTile interpreter (interpret mode must be on):
+    eager timing only, and providers that need a GPU are reported as missing.
+    """
+    on_gpu = device == "cuda"
+    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
+    reps = 7
+    if not on_gpu:
+        timings = tuple(t for t in timings if t == "eager")
+        reps = 3  # the interpreter is slow and its timings only indicative
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     sha = sha or commit()
-    providers = all_providers(provider_names)
+    providers = all_providers(provider_names, on_gpu)
     work = [(d, m, n, lab, v) for d in dtypes for (m, n, lab) in shapes for v in variants]
     for dtype, m, n, label, variant in progress(work) if progress else work:
         tdt = DTYPES[dtype]
         has_w = variant != "noweight"
         base = dict(variant=variant, dtype=dtype, M=m, N=n, gpu=gpu, commit=sha, timestamp=stamp, label=label)
         nsets = T.num_sets(C.op_bytes("fwd", m, n, dtype, has_w))
-        gen = torch.Generator(device="cuda").manual_seed(1234 + m + n)
+        gen = torch.Generator(device=device).manual_seed(1234 + m + n)
 
         def rnd(shape, gen=gen, tdt=tdt):
-            return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
+            return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(tdt)
 
         sets = []
         for _ in range(nsets):
@@ -105,7 +115,8 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
         outs = [torch.empty_like(s[0]) for s in sets]
         copy_calls = [lambda x=s[0], o=o: torch.neg(x.detach(), out=o) for s, o in zip(sets, outs, strict=False)]
         copy_est = T.eager_us(copy_calls[:1], reps=3)
-        copy_gbps = C.copy_bytes(m, n, dtype) / (T.graph_us(copy_calls, copy_est) * 1e-6) / 1e9
+        copy_us = T.graph_us(copy_calls, copy_est) if on_gpu else copy_est
+        copy_gbps = C.copy_bytes(m, n, dtype) / (copy_us * 1e-6) / 1e9
         del outs, copy_calls
         for p in providers:
             row = dict(base, provider=p.name, copy_gbps=round(copy_gbps, 1))
@@ -125,14 +136,17 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
                         yield dict(row, op=op, timing=t, time_us="", gbps="", status=err.split(":")[0], note=err)
                     continue
                 try:
-                    with torch.cuda.stream(T.capture_stream()):  # forwards of "bwd" (see timing.py)
+                    if on_gpu:
+                        with torch.cuda.stream(T.capture_stream()):  # forwards of "bwd" (see timing.py)
+                            calls = make_calls(p, op, sets, variant)
+                        torch.cuda.current_stream().wait_stream(T.capture_stream())
+                    else:
                         calls = make_calls(p, op, sets, variant)
-                    torch.cuda.current_stream().wait_stream(T.capture_stream())
                     est = T.eager_us(calls, reps=3)
                     results = {}
                     note = f"{nsets} input sets rotated"
                     if "eager" in timings:
-                        results["eager"] = T.eager_us(calls)
+                        results["eager"] = T.eager_us(calls, reps=reps)
                     if "graph" in timings:
                         results["graph"] = T.graph_us(calls, est)
                     for t, us in results.items():
@@ -143,6 +157,7 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
                     for t in timings:
                         yield dict(row, op=op, timing=t, time_us="", gbps="", status="failed", note=msg)
                 finally:
-                    torch.cuda.synchronize()
+                    T._sync()
         del sets
-        torch.cuda.empty_cache()
+        if on_gpu:
+            torch.cuda.empty_cache()

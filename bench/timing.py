@@ -14,14 +14,23 @@ import time
 
 import torch
 
+from cutile_rms import interpret
+
 L2_BYTES = 60 * 2**20  # H200; read from the device when torch exposes it
 MAX_SETS = 64
 TARGET_REPLAY_US = 2000.0
 
 
 def l2_bytes() -> int:
+    if not torch.cuda.is_available():
+        return L2_BYTES
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return int(getattr(props, "L2_cache_size", 0) or L2_BYTES)
+
+
+def _sync():
+    if torch.cuda.is_available() and not interpret.is_enabled():
+        torch.cuda.synchronize()
 
 
 def num_sets(bytes_per_call: int) -> int:
@@ -37,18 +46,18 @@ def eager_us(calls, reps: int = 7) -> float:
     """Median per-call host-observed time over `reps` loops; calls rotate over input sets."""
     for c in calls:
         c()
-    torch.cuda.synchronize()
+    _sync()
     t0 = time.perf_counter()
     calls[0]()
-    torch.cuda.synchronize()
+    _sync()
     inner = _inner((time.perf_counter() - t0) * 1e6)
     samples = []
     for _ in range(reps):
-        torch.cuda.synchronize()
+        _sync()
         t0 = time.perf_counter()
         for i in range(inner):
             calls[i % len(calls)]()
-        torch.cuda.synchronize()
+        _sync()
         samples.append((time.perf_counter() - t0) * 1e6 / inner)
     return statistics.median(samples)
 

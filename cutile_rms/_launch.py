@@ -1,15 +1,18 @@
 """The package's one launch path, and the ``experimental_kernel`` marker.
 
-Every kernel launch in cutile_rms goes through :func:`launch`. It adds exactly one thing to
+Every kernel launch in cutile_rms goes through :func:`launch`. It adds two things to
 ``ct.launch``: the first launch of a kernel marked ``@experimental_kernel`` emits an
-:class:`ExperimentalKernelWarning` (once per kernel per process). ``ct.launch`` itself is left
-alone.
+:class:`ExperimentalKernelWarning` (once per kernel per process), and in interpret mode
+(:mod:`cutile_rms.interpret`) the kernel runs on the CPU instead. ``ct.launch`` itself is
+left alone.
 """
 
 import threading
 import warnings
 
 import cuda.tile as ct
+
+from cutile_rms import interpret
 
 __all__ = ["ExperimentalKernelWarning", "experimental_kernel", "is_experimental", "launch", "with_hints"]
 
@@ -73,6 +76,10 @@ def warn_if_experimental(kernel) -> None:
 
 
 def launch(stream, grid, kernel, args) -> None:
-    """Launch ``kernel`` over ``grid`` on ``stream`` (any stream ``ct.launch`` accepts)."""
+    """Launch ``kernel`` over ``grid`` on ``stream`` (any stream ``ct.launch`` accepts), or run
+    it through the interpreter when interpret mode is on (the stream is then ignored)."""
     warn_if_experimental(kernel)
-    ct.launch(stream, grid, kernel, args)
+    if interpret.is_enabled():
+        interpret.launch(grid, kernel, args)
+    else:
+        ct.launch(stream, grid, kernel, args)

@@ -92,3 +92,21 @@ def test_plot_script(tmp_path):
     for p in out:
         with open(p, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_runs_through_the_interpreter():
+    """Without a GPU the benchmark pipeline runs cutile_rms through the cuTile interpreter."""
+    from bench.run import run
+    from cutile_rms import interpret
+
+    with interpret.interpreting():
+        rows = list(run([(8, 256, "")], ["bfloat16"], ["llama", "noweight"], ["fwd", "bwd"],
+                        ["cutile_rms", "torch", "liger"], device="cpu"))  # fmt: skip
+    by = {(r["provider"], r["op"], r["variant"], r["timing"]): r for r in rows}
+    assert {r["timing"] for r in rows} == {"eager"}
+    for v in ("llama", "noweight"):
+        for op in ("fwd", "bwd"):
+            for p in ("cutile_rms", "torch"):
+                r = by[(p, op, v, "eager")]
+                assert r["status"] == "ok" and float(r["time_us"]) > 0, r
+            assert by[("liger", op, v, "eager")]["status"] == "missing"

@@ -39,17 +39,21 @@ def test_experimental_package_imports():
     assert cutile_rms.experimental_kernel is experimental_kernel
 
 
-@pytest.mark.gpu
 @pytest.mark.experimental
-def test_experimental_kernel_launches_and_warns():
-    from cutile_rms._launch import launch
+@pytest.mark.parametrize("target", [pytest.param("cuda", marks=pytest.mark.gpu), "interpret"])
+def test_experimental_kernel_launches_and_warns(target):
+    from cutile_rms import _launch, interpret
 
-    x = torch.randn(1000, device="cuda")
+    _launch._warned.discard(_launch._kernel_name(EK.scale_kernel))  # as in a fresh process
+    device = "cuda" if target == "cuda" else "cpu"
+    x = torch.randn(1000, device=device)
     y = torch.full_like(x, float("nan"))
-    with warnings.catch_warnings(record=True) as rec:
+    stream = torch.cuda.current_stream() if target == "cuda" else None
+    with interpret.interpreting(target == "interpret"), warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         for _ in range(2):
-            launch(torch.cuda.current_stream(), (8,), EK.scale_kernel, (x, y, 256))
-    torch.cuda.synchronize()
+            _launch.launch(stream, (8,), EK.scale_kernel, (x, y, 256))
+    if target == "cuda":
+        torch.cuda.synchronize()
     assert torch.equal(y, 2 * x)
     assert sum(issubclass(r.category, ExperimentalKernelWarning) for r in rec) == 1

@@ -6,6 +6,7 @@ tensor's device and current stream, and the autograd Function.
 
 import torch
 
+from cutile_rms import interpret
 from cutile_rms._device import device_info
 from cutile_rms.rmsnorm.config import plan_backward, plan_forward
 from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
@@ -27,8 +28,12 @@ def _check_tensor(name: str, t) -> None:
 
 
 def _check_device(x: torch.Tensor, **others) -> None:
-    if x.device.type != "cuda":
-        raise ValueError(f"x must be on a CUDA device, got {x.device}")
+    if interpret.is_enabled():
+        if x.device.type != "cpu":
+            raise ValueError(f"interpret mode (CUTILE_RMS_INTERPRET) runs on CPU tensors; x is on {x.device}")
+    elif x.device.type != "cuda":
+        hint = " (or enable interpret mode: CUTILE_RMS_INTERPRET=1)" if x.device.type == "cpu" else ""
+        raise ValueError(f"x must be on a CUDA device, got {x.device}{hint}")
     for name, t in others.items():
         if t is not None and t.device != x.device:
             raise ValueError(f"{name} is on {t.device} but x is on {x.device}; put them on one device")
@@ -61,19 +66,24 @@ def _validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
 
 
 class _Launch:
-    """Device, stream and SM count for launching on x's device."""
+    """Device, stream and SM count for launching on x's device (in interpret mode: no stream,
+    and the interpreter's small SM count)."""
 
     __slots__ = ("_guard", "device", "num_sms", "stream")
 
     def __init__(self, x: torch.Tensor):
         self.device = x.device
-        self.stream = torch.cuda.current_stream(x.device)
-        self.num_sms = device_info(x.device.index).num_sms
+        if x.device.type == "cpu":  # interpret mode (checked by _check_device)
+            self.stream = None
+            self.num_sms = interpret.INTERPRET_NUM_SMS
+        else:
+            self.stream = torch.cuda.current_stream(x.device)
+            self.num_sms = device_info(x.device.index).num_sms
 
     def __enter__(self):
         # Launches go to the current CUDA context: make x's device current if it is not.
         self._guard = None
-        if self.device.index != torch.cuda.current_device():
+        if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
             self._guard = torch.cuda.device(self.device)
             self._guard.__enter__()
         return self

@@ -1,4 +1,5 @@
-"""GPU tier: every kernel path against the float64 reference (y, rstd, dx, dw).
+"""Every kernel path against the float64 reference (y, rstd, dx, dw), on two targets: the GPU
+(`gpu` tier) and the cuTile interpreter on the CPU (CPU tier, so CI runs the real kernels).
 
 The launcher-level tests poison every output and workspace with NaN before the launch, so an
 element a kernel fails to write shows up as non-finite. API-level tests go through the public
@@ -8,13 +9,11 @@ torch functions and autograd.
 import pytest
 import torch
 
-from cutile_rms import RMSNorm, rms_norm, rms_norm_backward, rms_norm_forward
-from cutile_rms._device import device_info
+from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm_forward
 from cutile_rms.rmsnorm.config import FWD_MAX_TILE_N, plan_backward, plan_forward
+from cutile_rms.rmsnorm.functional import _Launch
 from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
-
-pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 MODES = ["persistent", "gather"]
@@ -24,13 +23,30 @@ AFFINE = [(True, 0.0), (True, 1.0), (False, 0.0)]
 EPS = 1e-6
 
 
-def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS):
+@pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.gpu), "interpret"])
+def dev(request):
+    """The device tensors live on: "cuda" (kernels on the GPU) or "cpu" with the kernels run
+    by the cuTile interpreter."""
+    if request.param == "interpret":
+        with interpret.interpreting():
+            yield "cpu"
+    else:
+        yield "cuda"
+
+
+def _sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, num_sms=None):
     """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
     dev = x.device
     m, n = x.shape
-    num_sms = device_info(dev.index).num_sms
+    ln = _Launch(x)
+    num_sms = num_sms or ln.num_sms
     code = casting_code(casting, x.dtype == torch.float32)
-    stream = torch.cuda.current_stream(dev)
+    stream = ln.stream
 
     y = nan_like((m, n), x.dtype, dev)
     rstd = nan_like((m,), torch.float32, dev)
@@ -42,12 +58,12 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS):
     partial = None if w is None else nan_like((plan.partial_rows, n), torch.float32, dev)
     row_dot = nan_like((m,), torch.float32, dev) if plan.needs_row_dot else None
     launch_backward(plan, x, dy, w, rstd, dx, dw, partial, row_dot, offset, code, stream)
-    torch.cuda.synchronize()
+    _sync(dev)
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
 
-def check_variant(shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None):
-    x, dy, w = make_inputs(shape, dtype, "cuda", w_dtype=w_dtype, has_weight=has_weight, offset=offset, generator=gen)
+def check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None):
+    x, dy, w = make_inputs(shape, dtype, dev, w_dtype=w_dtype, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0, w0 = x.clone(), dy.clone(), (None if w is None else w.clone())
     out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
@@ -63,8 +79,8 @@ def check_variant(shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=
 @pytest.mark.parametrize("casting", CASTINGS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", MODES)
-def test_variants(mode, dtype, casting, has_weight, offset, shape, gen):
-    check_variant(shape, dtype, mode, casting, has_weight, offset, gen)
+def test_variants(dev, mode, dtype, casting, has_weight, offset, shape, gen):
+    check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen)
 
 
 SHAPES = [
@@ -85,8 +101,8 @@ SHAPES = [
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("mode", MODES)
-def test_shapes(mode, dtype, shape, gen):
-    check_variant(shape, dtype, mode, "llama", True, 0.0, gen)
+def test_shapes(dev, mode, dtype, shape, gen):
+    check_variant(dev, shape, dtype, mode, "llama", True, 0.0, gen)
 
 
 @pytest.mark.parametrize(
@@ -94,8 +110,8 @@ def test_shapes(mode, dtype, shape, gen):
 )
 @pytest.mark.parametrize("casting", CASTINGS)
 @pytest.mark.parametrize("mode", MODES)
-def test_mixed_weight_dtype(mode, casting, dtype, w_dtype, gen):
-    check_variant((333, 2048), dtype, mode, casting, True, 0.0, gen, w_dtype=w_dtype)
+def test_mixed_weight_dtype(dev, mode, casting, dtype, w_dtype, gen):
+    check_variant(dev, (333, 2048), dtype, mode, casting, True, 0.0, gen, w_dtype=w_dtype)
 
 
 @pytest.mark.parametrize("n", [1000, 20000])
@@ -114,8 +130,8 @@ def test_forced_modes_take_their_paths(mode, n):
 @pytest.mark.parametrize("casting", CASTINGS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
-def test_autograd_matches_reference(has_weight, offset, dtype, casting, shape, gen):
-    x, dy, w = make_inputs(shape, dtype, "cuda", has_weight=has_weight, offset=offset, generator=gen)
+def test_autograd_matches_reference(dev, has_weight, offset, dtype, casting, shape, gen):
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
     xg = x.clone().requires_grad_()
     wg = None if w is None else w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS, offset=offset, casting_mode=casting)
@@ -128,8 +144,8 @@ def test_autograd_matches_reference(has_weight, offset, dtype, casting, shape, g
 
 @pytest.mark.parametrize("n", [4096, 65536])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_standalone_backward_matches_autograd(dtype, n, gen):
-    x, dy, w = make_inputs((129, n), dtype, "cuda", generator=gen)
+def test_standalone_backward_matches_autograd(dev, dtype, n, gen):
+    x, dy, w = make_inputs((129, n), dtype, dev, generator=gen)
     y, rstd = rms_norm_forward(x, w, EPS)
     assert rstd.dtype == torch.float32 and rstd.shape == x.shape[:-1]
     dx, dw = rms_norm_backward(x, dy, w, rstd)
@@ -142,8 +158,8 @@ def test_standalone_backward_matches_autograd(dtype, n, gen):
               tolerances(dtype, dtype, "llama"))  # fmt: skip
 
 
-def test_only_weight_requires_grad(gen):
-    x, dy, w = make_inputs((300, 1024), torch.bfloat16, "cuda", generator=gen)
+def test_only_weight_requires_grad(dev, gen):
+    x, dy, w = make_inputs((300, 1024), torch.bfloat16, dev, generator=gen)
     wg = w.clone().requires_grad_()
     rms_norm(x, wg).backward(dy)
     _, _, _, dwr = rms_norm_ref_grads(x, dy, w)
@@ -152,14 +168,15 @@ def test_only_weight_requires_grad(gen):
 
 @pytest.mark.parametrize("shape", [(4096, 4096), (64, 65536)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_backward_is_deterministic(dtype, shape, gen):
-    x, dy, w = make_inputs(shape, dtype, "cuda", generator=gen)
+def test_backward_is_deterministic(dev, dtype, shape, gen):
+    x, dy, w = make_inputs(shape, dtype, dev, generator=gen)
     _, rstd = rms_norm_forward(x, w)
     dx1, dw1 = rms_norm_backward(x, dy, w, rstd)
     dx2, dw2 = rms_norm_backward(x, dy, w, rstd)
     assert torch.equal(dx1, dx2) and torch.equal(dw1, dw2)
 
 
+@pytest.mark.gpu
 def test_inference_stores_no_rstd(gen):
     m, n = 8192, 1024
     x, _, w = make_inputs((m, n), torch.bfloat16, "cuda", generator=gen)
@@ -180,9 +197,9 @@ def test_inference_stores_no_rstd(gen):
     assert rstd is None
 
 
-def test_empty_rows():
-    x = torch.empty((0, 4, 256), device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    w = torch.ones(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+def test_empty_rows(dev):
+    x = torch.empty((0, 4, 256), device=dev, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.ones(256, device=dev, dtype=torch.bfloat16, requires_grad=True)
     y = rms_norm(x, w)
     assert y.shape == x.shape
     y.backward(torch.empty_like(y))
@@ -191,8 +208,8 @@ def test_empty_rows():
     assert y2.shape == x.shape and rstd.shape == (0, 4)
 
 
-def test_strided_rows_without_copy(gen):
-    base, dy, w = make_inputs((500, 2 * 1024), torch.float16, "cuda", generator=gen)
+def test_strided_rows_without_copy(dev, gen):
+    base, dy, w = make_inputs((500, 2 * 1024), torch.float16, dev, generator=gen)
     x = base[:, :1024]  # row stride 2048, unit column stride
     y, rstd = rms_norm_forward(x, w[:1024].contiguous())
     yr, rr = rms_norm_ref_grads(x, dy[:, :1024], w[:1024])[:2]
@@ -200,19 +217,20 @@ def test_strided_rows_without_copy(gen):
 
 
 @pytest.mark.parametrize("offset", [0.0, 1.0])
-def test_module_matches_torch_nn(offset, gen):
+def test_module_matches_torch_nn(dev, offset, gen):
     n = 2048
-    ours = RMSNorm(n, eps=1e-5, device="cuda", dtype=torch.float32, offset=offset)
-    ref = torch.nn.RMSNorm(n, eps=1e-5, device="cuda", dtype=torch.float32)
+    ours = RMSNorm(n, eps=1e-5, device=dev, dtype=torch.float32, offset=offset)
+    ref = torch.nn.RMSNorm(n, eps=1e-5, device=dev, dtype=torch.float32)
     with torch.no_grad():
-        w = 0.1 * torch.randn(n, generator=gen).cuda()
+        w = 0.1 * torch.randn(n, generator=gen).to(dev)
         ours.weight.copy_(w + (1 - offset))
         ref.weight.copy_(w + 1)
-    x = torch.randn(4, 33, n, generator=gen).cuda()
+    x = torch.randn(4, 33, n, generator=gen).to(dev)
     assert torch.allclose(ours(x), ref(x), rtol=1e-5, atol=1e-5)
     assert ours.state_dict().keys() == ref.state_dict().keys()
 
 
+@pytest.mark.gpu
 def test_validation_on_gpu():
     x = torch.randn(4, 64, device="cuda")
     with pytest.raises(TypeError, match="non-floating"):
@@ -228,3 +246,26 @@ def test_validation_on_gpu():
         rms_norm_backward(x, torch.randn_like(x), None, rstd[:2])
     with pytest.raises(ValueError, match="rstd is on cpu"):
         rms_norm_backward(x, torch.randn_like(x), None, rstd.cpu())
+
+
+# ------------------------------------------------------------------------------------------
+# The interpreter against the GPU, kernel by kernel, on the same inputs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape,mode",
+    [((300, 760), "persistent"), ((37, 760), "gather"), ((9, 20000), "persistent"), ((5, 20000), "gather")],
+    ids=["fwd_tile+bwd_tile", "fwd_chunked+bwd_tile", "fwd_chunked+bwd_chunked", "gather+bwd_chunked"],
+)
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_interpreter_matches_gpu(dtype, casting, shape, mode, gen):
+    """Both run with the GPU's SM count, so they plan the same grids and dW partitions."""
+    x, dy, w = make_inputs(shape, dtype, "cpu", offset=1.0, generator=gen)
+    num_sms = _Launch(x.cuda()).num_sms
+    gpu = run_poisoned(x.cuda(), dy.cuda(), w.cuda(), mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
+    with interpret.interpreting():
+        cpu = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
+    tols = tolerances(dtype, dtype, casting)
+    check_all(cpu, {k: v.cpu().double() for k, v in gpu.items()}, tols)
