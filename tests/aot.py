@@ -10,6 +10,7 @@ new code paths: the flags select code, the tile shape only sizes it.
 """
 
 import itertools
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -126,10 +127,14 @@ def _compile_one(args):
 
 
 def compile_all(arch: str, workers: int | None = None) -> tuple[int, list[str]]:
-    """Compile every job for `arch`; returns (number compiled, failures)."""
+    """Compile every job for `arch`; returns (number compiled, failures).
+
+    Workers are spawned, not forked: cuda.tile reads CUDA_TILE_CACHE_DIR once, at import, so
+    only a fresh interpreter honours CUDA_TILE_CACHE_DIR=off (real compiles, no cache hits).
+    """
     n = len(jobs())
     workers = workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = list(pool.map(_compile_one, [(i, arch) for i in range(n)]))
     return n, [r for r in results if r]
 

@@ -14,7 +14,7 @@ def test_job_list_covers_every_kernel():
 @pytest.mark.compile
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_aot_compile_every_specialization(arch, monkeypatch):
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")  # real compiles, not cache hits
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")  # real compiles in the spawned workers, not cache hits
     n, failures = compile_all(arch)
     assert n > 100
     assert not failures, "\n".join(failures)

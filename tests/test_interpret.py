@@ -134,7 +134,7 @@ def test_wrong_argument_count():
 
 
 @pytest.mark.compile
-def test_cutile_agrees_on_what_is_an_error(monkeypatch):
+def test_cutile_agrees_on_what_is_an_error():
     """The kernels the interpreter accepts compile with tileiras; the narrowing store it
     rejects is rejected by cuTile's compiler too."""
     from cuda.tile.compilation import CallingConvention, KernelSignature, export_kernel
