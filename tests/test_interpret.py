@@ -141,8 +141,6 @@ def test_cutile_agrees_on_what_is_an_error():
 
     from tests.aot import F32, arr
 
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
-
     def compile_(kernel, params):
         sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v1())
         import io
