@@ -50,7 +50,7 @@ def plot(csv_path: str, out_dir: str, timings=None, variants=None) -> list[str]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = os.path.join(out_dir, f"{op}_{dtype}_{variant}_{timing}.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=72)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -13,7 +13,7 @@ from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm
 from cutile_rms.rmsnorm.config import FWD_MAX_TILE_N, plan_backward, plan_forward
 from cutile_rms.rmsnorm.functional import _Launch
 from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
-from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
+from tests.reference import Tol, check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 MODES = ["persistent", "gather"]
@@ -267,5 +267,8 @@ def test_interpreter_matches_gpu(dtype, casting, shape, mode, gen):
     gpu = run_poisoned(x.cuda(), dy.cuda(), w.cuda(), mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
     with interpret.interpreting():
         cpu = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
-    tols = tolerances(dtype, dtype, casting)
+    # Each side is within tol of the exact result, so they are within 2 * tol of each other
+    # (seen: one fp16 element one ulp apart, where the GPU's and NumPy's fp32 rsqrt differ in
+    # the last bit and the final rounding falls on either side).
+    tols = {k: Tol(2 * t.rtol) for k, t in tolerances(dtype, dtype, casting).items()}
     check_all(cpu, {k: v.cpu().double() for k, v in gpu.items()}, tols)
