@@ -84,12 +84,18 @@ def _short_row_shape(tile_n: int, elems: int, blocks_per_sm: int) -> TileShape:
     return TileShape(max(1, min(FWD_MAX_TILE_M, elems // tile_n)), tile_n, blocks_per_sm)
 
 
-def forward_tile_shape(n: int) -> TileShape:
-    """Tile for the single-tile persistent forward (requires n <= FWD_MAX_TILE_N)."""
+def _table_shape(n: int, table: dict, short_row_elems: int) -> TileShape:
+    """The table's tile for a row of n elements; rows shorter than 512 take as many rows per
+    tile as fit short_row_elems, at the 512 entry's blocks per SM."""
     tile_n = max(16, next_pow2(n))
     if tile_n < 512:
-        return _short_row_shape(tile_n, FWD_SHORT_ROW_TILE_ELEMS, FWD_TILE_TABLE[512].blocks_per_sm)
-    return FWD_TILE_TABLE[tile_n]
+        return _short_row_shape(tile_n, short_row_elems, table[512].blocks_per_sm)
+    return table[tile_n]
+
+
+def forward_tile_shape(n: int) -> TileShape:
+    """Tile for the single-tile persistent forward (requires n <= FWD_MAX_TILE_N)."""
+    return _table_shape(n, FWD_TILE_TABLE, FWD_SHORT_ROW_TILE_ELEMS)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -171,10 +177,8 @@ class BackwardPlan:
 
 
 def backward_tile_shape(n: int) -> TileShape:
-    tile_n = max(16, next_pow2(n))
-    if tile_n < 512:
-        return _short_row_shape(tile_n, BWD_SHORT_ROW_TILE_ELEMS, BWD_TILE_TABLE[512].blocks_per_sm)
-    return BWD_TILE_TABLE[tile_n]
+    """Tile for the single-tile persistent backward (requires n <= BWD_MAX_TILE_N)."""
+    return _table_shape(n, BWD_TILE_TABLE, BWD_SHORT_ROW_TILE_ELEMS)
 
 
 @functools.lru_cache(maxsize=1024)
