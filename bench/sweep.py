@@ -37,6 +37,11 @@ def _ref(x, w, dy):
     return y, dx
 
 
+def cur():
+    """The current stream at call time: inside a graph capture, the capture stream."""
+    return torch.cuda.current_stream()
+
+
 def _rel(a, b):
     return ((a.double() - b).norm() / b.norm()).item()
 
@@ -49,7 +54,7 @@ def candidates_tile(n):
                 yield tm, tile_n, occ
 
 
-def _sweep_n(n, dtype_name, dt, w, f, num_sms, stream, casting):
+def _sweep_n(n, dtype_name, dt, w, f, num_sms, casting):
     m = C.TRAINING_ELEMS // n
     g = torch.Generator(device="cuda").manual_seed(n)
     sets = []
@@ -83,7 +88,7 @@ def _sweep_n(n, dtype_name, dt, w, f, num_sms, stream, casting):
 
     def fwd_calls(plan):
         def call(i):
-            return lambda: launch_forward(plan, sets[i][0], sets[i][1], y[i], rstd[i], 1e-6, 0.0, casting, stream)
+            return lambda: launch_forward(plan, sets[i][0], sets[i][1], y[i], rstd[i], 1e-6, 0.0, casting, cur())
 
         return [call(0), call(1)]
 
@@ -93,8 +98,8 @@ def _sweep_n(n, dtype_name, dt, w, f, num_sms, stream, casting):
 
         def call(i):
             x, wt, d = sets[i]
-            return lambda: launch_backward(plan, x, d, wt, rstd[i], dx[i], dw[i], part[i], rd[i], 0.0, casting,
-                                           stream)  # fmt: skip
+            outs = (dx[i], dw[i], part[i], rd[i])
+            return lambda: launch_backward(plan, x, d, wt, rstd[i], *outs, 0.0, casting, cur())
 
         return [call(0), call(1)]
 
@@ -132,14 +137,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     dt = getattr(torch, args.dtype)
     num_sms = device_info(torch.cuda.current_device()).num_sms
-    stream = torch.cuda.current_stream()
     casting = casting_code("llama", dt == torch.float32)
     f = open(args.out, "w", newline="")  # noqa: SIM115 - rows are flushed as they come
     w = csv.DictWriter(f, ["dtype", "M", "N", "op", "path", "tile_m", "tile_n", "per_sm", "time_us", "gbps",
                            "copy_gbps", "rel_err"])  # fmt: skip
     w.writeheader()
     for n in args.n:
-        _sweep_n(n, args.dtype, dt, w, f, num_sms, stream, casting)
+        _sweep_n(n, args.dtype, dt, w, f, num_sms, casting)
         torch.cuda.empty_cache()
     f.close()
     return 0
