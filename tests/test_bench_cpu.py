@@ -110,3 +110,24 @@ def test_bench_runs_through_the_interpreter():
                 r = by[(p, op, v, "eager")]
                 assert r["status"] == "ok" and float(r["time_us"]) > 0, r
             assert by[("liger", op, v, "eager")]["status"] == "missing"
+
+
+def test_main_job_without_gpu(tmp_path, capsys):
+    """`python -m bench` on a machine without a GPU: a one-line notice, then the CSV and the
+    summary from the interpreter."""
+    import torch
+
+    from bench.__main__ import main
+    from cutile_rms import interpret
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the main job times it instead")
+    with interpret.interpreting(False):  # main() must switch the interpreter on by itself
+        assert (
+            main(["--op", "fwd_infer", "--provider", "cutile_rms", "torch", "--out", str(tmp_path), "--no-plots"]) == 0
+        )
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("python -m bench: no GPU")
+    rows = read_csv(tmp_path / "results.csv")
+    assert {r["provider"] for r in rows} == {"cutile_rms", "torch"} and all(r["status"] == "ok" for r in rows)
+    assert "| fwd_infer | llama | bfloat16 |" in (tmp_path / "summary.md").read_text()
