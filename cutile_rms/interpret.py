@@ -150,14 +150,10 @@ def _literal_dtype(value, other):
 # Tiles and arrays
 
 
-class Tile:
-    """An immutable tile: a NumPy array and its cuTile dtype."""
+class _Shaped:
+    """Shape and rank of the NumPy array held in `_a`."""
 
-    __slots__ = ("_a", "dtype")
-
-    def __init__(self, a, dtype):
-        self._a = np.asarray(a, dtype=_np_dtype(dtype))
-        self.dtype = dtype
+    __slots__ = ()
 
     @property
     def shape(self):
@@ -166,6 +162,16 @@ class Tile:
     @property
     def ndim(self):
         return self._a.ndim
+
+
+class Tile(_Shaped):
+    """An immutable tile: a NumPy array and its cuTile dtype."""
+
+    __slots__ = ("_a", "dtype")
+
+    def __init__(self, a, dtype):
+        self._a = np.asarray(a, dtype=_np_dtype(dtype))
+        self.dtype = dtype
 
     def astype(self, dtype):
         return astype(self, dtype)
@@ -200,70 +206,38 @@ class Tile:
             r = op(_as_np(a, res), _as_np(b, res))
         return Tile(r, out_dtype or res)
 
-    def __add__(self, o):
-        return self._binary(o, np.add)
-
-    def __radd__(self, o):
-        return self._binary(o, np.add, True)
-
-    def __sub__(self, o):
-        return self._binary(o, np.subtract)
-
-    def __rsub__(self, o):
-        return self._binary(o, np.subtract, True)
-
-    def __mul__(self, o):
-        return self._binary(o, np.multiply)
-
-    def __rmul__(self, o):
-        return self._binary(o, np.multiply, True)
-
-    def __truediv__(self, o):
-        return self._binary(o, _truediv)
-
-    def __rtruediv__(self, o):
-        return self._binary(o, _truediv, True)
-
-    def __floordiv__(self, o):
-        return self._binary(o, np.floor_divide)
-
-    def __mod__(self, o):
-        return self._binary(o, np.mod)
-
     def __neg__(self):
         return Tile(-self._a, self.dtype)
 
-    def __lt__(self, o):
-        return self._binary(o, np.less, out_dtype=ct.bool_)
-
-    def __le__(self, o):
-        return self._binary(o, np.less_equal, out_dtype=ct.bool_)
-
-    def __gt__(self, o):
-        return self._binary(o, np.greater, out_dtype=ct.bool_)
-
-    def __ge__(self, o):
-        return self._binary(o, np.greater_equal, out_dtype=ct.bool_)
-
-    def __eq__(self, o):
-        return self._binary(o, np.equal, out_dtype=ct.bool_)
-
-    def __ne__(self, o):
-        return self._binary(o, np.not_equal, out_dtype=ct.bool_)
-
-    def __and__(self, o):
-        return self._binary(o, np.bitwise_and)
-
-    def __or__(self, o):
-        return self._binary(o, np.bitwise_or)
-
     __hash__ = None
+
+
+def _binary_method(op, reverse=False, out_dtype=None):
+    def method(self, other):
+        return self._binary(other, op, reverse, out_dtype)
+
+    return method
+
+
+# Arithmetic rounds to the promoted dtype; comparisons give bool tiles.
+for _name, _op in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply)):
+    setattr(Tile, f"__{_name}__", _binary_method(_op))
+    setattr(Tile, f"__r{_name}__", _binary_method(_op, reverse=True))
+for _name, _op in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+                   ("eq", np.equal), ("ne", np.not_equal)):  # fmt: skip
+    setattr(Tile, f"__{_name}__", _binary_method(_op, out_dtype=ct.bool_))
+for _name, _op in (("floordiv", np.floor_divide), ("mod", np.mod), ("and", np.bitwise_and), ("or", np.bitwise_or)):
+    setattr(Tile, f"__{_name}__", _binary_method(_op))
 
 
 def _truediv(x, y):
     if not np.issubdtype(x.dtype, np.inexact) and x.dtype.kind != "V":
         raise InterpreterError("'/' on integer tiles; use '//' or cast to a float dtype")
     return np.true_divide(x, y)
+
+
+Tile.__truediv__ = _binary_method(_truediv)
+Tile.__rtruediv__ = _binary_method(_truediv, reverse=True)
 
 
 def _result_dtype(a, b):
@@ -280,7 +254,7 @@ def _as_np(v, dtype):
     return np.asarray(v, dtype=_np_dtype(dtype))
 
 
-class Array:
+class Array(_Shaped):
     """A kernel's view of a global-memory array (shares memory with the caller's)."""
 
     __slots__ = ("_a", "dtype")
@@ -290,14 +264,6 @@ class Array:
         self.dtype = _CT.get(a.dtype)
         if self.dtype is None:
             raise InterpreterUnsupportedError(f"array dtype {a.dtype} is not supported by the interpreter")
-
-    @property
-    def shape(self):
-        return tuple(self._a.shape)
-
-    @property
-    def ndim(self):
-        return self._a.ndim
 
     def __repr__(self):
         return f"Array({self.dtype}, {self.shape})"
