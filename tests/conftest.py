@@ -35,3 +35,16 @@ def gen():
     g = torch.Generator().manual_seed(seed)
     print(f"input seed {seed}")
     return g
+
+
+@pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.gpu), "interpret"])
+def dev(request):
+    """The device tensors live on: "cuda" (kernels on the GPU) or "cpu" with the kernels run
+    by the cuTile interpreter."""
+    from cutile_rms import interpret
+
+    if request.param == "interpret":
+        with interpret.interpreting():
+            yield "cpu"
+    else:
+        yield "cuda"

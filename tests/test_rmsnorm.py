@@ -11,8 +11,8 @@ import torch
 
 from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm_forward
 from cutile_rms.rmsnorm.config import FWD_MAX_TILE_N, plan_backward, plan_forward
-from cutile_rms.rmsnorm.functional import _Launch
 from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
+from cutile_rms.rmsnorm.torch_impl import launch_target
 from tests.reference import Tol, check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -21,17 +21,6 @@ CASTINGS = ["llama", "gemma", "none"]
 # (has_weight, offset)
 AFFINE = [(True, 0.0), (True, 1.0), (False, 0.0)]
 EPS = 1e-6
-
-
-@pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.gpu), "interpret"])
-def dev(request):
-    """The device tensors live on: "cuda" (kernels on the GPU) or "cpu" with the kernels run
-    by the cuTile interpreter."""
-    if request.param == "interpret":
-        with interpret.interpreting():
-            yield "cpu"
-    else:
-        yield "cuda"
 
 
 def _sync(device):
@@ -43,10 +32,9 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, num_sms=None):
     """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
     dev = x.device
     m, n = x.shape
-    ln = _Launch(x)
-    num_sms = num_sms or ln.num_sms
+    stream, dev_sms = launch_target(dev)
+    num_sms = num_sms or dev_sms
     code = casting_code(casting, x.dtype == torch.float32)
-    stream = ln.stream
 
     y = nan_like((m, n), x.dtype, dev)
     rstd = nan_like((m,), torch.float32, dev)
@@ -263,7 +251,7 @@ def test_validation_on_gpu():
 def test_interpreter_matches_gpu(dtype, casting, shape, mode, gen):
     """Both run with the GPU's SM count, so they plan the same grids and dW partitions."""
     x, dy, w = make_inputs(shape, dtype, "cpu", offset=1.0, generator=gen)
-    num_sms = _Launch(x.cuda()).num_sms
+    num_sms = launch_target(x.cuda().device)[1]
     gpu = run_poisoned(x.cuda(), dy.cuda(), w.cuda(), mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
     with interpret.interpreting():
         cpu = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=1.0, num_sms=num_sms)

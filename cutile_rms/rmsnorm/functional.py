@@ -1,155 +1,106 @@
-"""PyTorch layer for RMSNorm: validation, allocation with torch's allocator, launches on the
-tensor's device and current stream, and the autograd Function.
+"""Public torch functions and the autograd Function for RMSNorm.
 
     y = x / sqrt(mean(x^2, last dim) + eps) * (offset + weight)
+
+Eager calls go straight to the torch layer (:mod:`cutile_rms.rmsnorm.torch_impl`); inside
+``torch.compile`` the same work goes through the custom ops of :mod:`cutile_rms.rmsnorm.ops`,
+which the compiler can trace. Both paths run the same kernels and give bitwise-equal results.
 """
+
+import functools
+import sys
 
 import torch
 
-from cutile_rms import interpret
-from cutile_rms._device import device_info
-from cutile_rms.rmsnorm.config import plan_backward, plan_forward
-from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
+from cutile_rms.rmsnorm import ops, torch_impl  # noqa: F401 (importing ops registers torch.ops.cutile_rms)
+from cutile_rms.rmsnorm.torch_impl import check_device, check_tensor, validate_x_weight
 
-__all__ = ["rms_norm", "rms_norm_backward", "rms_norm_forward"]
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_INT32_MAX = 2**31 - 1
+__all__ = ["RMSNormFunction", "rms_norm", "rms_norm_backward", "rms_norm_forward"]
 
 
-def _check_tensor(name: str, t) -> None:
-    """Type and dtype. The device is checked last (_check_device), so that every other
-    mistake is reported the same way with or without a GPU."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in SUPPORTED_DTYPES:
-        kind = "floating-point" if t.dtype.is_floating_point else "non-floating"
-        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {kind} dtype {t.dtype}")
+def _python_refs(dy) -> int:
+    """Python references to dy, counted at the same call depth in RMSNormFunction.backward and
+    in the calibration probe below, so that the two counts compare."""
+    return sys.getrefcount(dy)
 
 
-def _check_device(x: torch.Tensor, **others) -> None:
-    if interpret.is_enabled():
-        if x.device.type != "cpu":
-            raise ValueError(f"interpret mode (CUTILE_RMS_INTERPRET) runs on CPU tensors; x is on {x.device}")
-    elif x.device.type != "cuda":
-        hint = " (or enable interpret mode: CUTILE_RMS_INTERPRET=1)" if x.device.type == "cpu" else ""
-        raise ValueError(f"x must be on a CUDA device, got {x.device}{hint}")
-    for name, t in others.items():
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{name} is on {t.device} but x is on {x.device}; put them on one device")
+class _GradientProbe(torch.autograd.Function):
+    """Identity whose backward records how many references a fresh incoming gradient has: the
+    autograd engine's own count differs between torch versions and device types (1 on the CPU
+    with torch 2.13, 2 on CUDA with torch 2.11), so it is measured, not assumed."""
+
+    counts = (0, 0)
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        _GradientProbe.counts = (dy._use_count(), _python_refs(dy))
+        return dy
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    """(M, N) view of t with unit stride along N; copies only when no such view exists."""
-    t2 = t.reshape(-1, n)
-    return t2 if t2.stride(1) == 1 else t2.contiguous()
+@functools.lru_cache(maxsize=8)  # one entry per device type
+def _fresh_gradient_counts(device_type: str) -> tuple[int, int]:
+    """(tensor use count, Python reference count) of an incoming gradient that nothing else
+    holds, on this device type. Runs one tiny forward/backward the first time."""
+    x = torch.ones(2, device=device_type, requires_grad=True)
+    with torch.enable_grad():
+        (_GradientProbe.apply(x) * 2.0).sum().backward()
+    return _GradientProbe.counts
 
 
-def _validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
-    _check_tensor("x", x)
-    if x.dim() == 0:
-        raise ValueError("x must have at least one dimension (the normalized one)")
-    n = x.shape[-1]
-    if n == 0:
-        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
-    if n > _INT32_MAX:
-        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
-    if weight is not None:
-        _check_tensor("weight", weight)
-        if tuple(weight.shape) != (n,):
-            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {tuple(weight.shape)}")
-    elif offset != 0.0:
-        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
-    if not isinstance(eps, int | float) or not eps >= 0.0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    return casting_code(casting_mode, x.dtype == torch.float32)
-
-
-class _Launch:
-    """Device, stream and SM count for launching on x's device (in interpret mode: no stream,
-    and the interpreter's small SM count)."""
-
-    __slots__ = ("_guard", "device", "num_sms", "stream")
-
-    def __init__(self, x: torch.Tensor):
-        self.device = x.device
-        if x.device.type == "cpu":  # interpret mode (checked by _check_device)
-            self.stream = None
-            self.num_sms = interpret.INTERPRET_NUM_SMS
-        else:
-            self.stream = torch.cuda.current_stream(x.device)
-            self.num_sms = device_info(x.device.index).num_sms
-
-    def __enter__(self):
-        # Launches go to the current CUDA context: make x's device current if it is not.
-        self._guard = None
-        if self.device.type == "cuda" and self.device.index != torch.cuda.current_device():
-            self._guard = torch.cuda.device(self.device)
-            self._guard.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._guard is not None:
-            self._guard.__exit__(*exc)
-
-
-def _forward(x, weight, eps, offset, casting, mode, store_rstd):
-    n = x.shape[-1]
-    y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if store_rstd else None
-    if x.numel() == 0:
-        return y, rstd
-    x2 = _rows(x.detach(), n)
-    m = x2.shape[0]
-    with _Launch(x) as ln:
-        plan = plan_forward(m, n, ln.num_sms, mode)
-        w = None if weight is None else weight.detach()
-        r = None if rstd is None else rstd.view(m)
-        launch_forward(plan, x2, w, y.view(m, n), r, eps, offset, casting, ln.stream)
-    return y, rstd
-
-
-def _backward(x, dy, weight, rstd, offset, casting):
-    n = x.shape[-1]
-    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-    dw = None if weight is None else torch.empty_like(weight)
-    if x.numel() == 0:
-        if dw is not None:
-            dw.zero_()
-        return dx, dw
-    x2 = _rows(x.detach(), n)
-    dy2 = _rows(dy.detach(), n)
-    m = x2.shape[0]
-    with _Launch(x) as ln:
-        plan = plan_backward(m, n, ln.num_sms)
-        dw_partial = None
-        if weight is not None:
-            dw_partial = torch.empty((plan.partial_rows, n), dtype=torch.float32, device=x.device)
-        row_dot = torch.empty((m,), dtype=torch.float32, device=x.device) if plan.needs_row_dot else None
-        w = None if weight is None else weight.detach()
-        launch_backward(
-            plan, x2, dy2, w, rstd.detach().reshape(m), dx.view(m, n), dw, dw_partial, row_dot,
-            offset, casting, ln.stream,
-        )  # fmt: skip
-    return dx, dw
+def _check_overwritable(dy: torch.Tensor, python_refs: int) -> None:
+    """in_place=True writes dx into dy's memory. That is safe only if nothing else can read dy
+    afterwards; otherwise refuse rather than corrupt another gradient."""
+    fresh_uses, fresh_refs = _fresh_gradient_counts(dy.device.type)
+    why = None
+    if dy.requires_grad:
+        why = "dy requires grad (a higher-order gradient is being built)"
+    elif dy._is_view():
+        why = "dy is a view of another tensor (e.g. the expanded gradient of a sum, or a slice)"
+    elif not dy.is_contiguous():
+        why = "dy is not contiguous"
+    elif dy._use_count() > fresh_uses:
+        why = "another part of the autograd graph holds dy (e.g. a residual branch receives the same gradient)"
+    elif python_refs > fresh_refs:
+        why = "dy is referenced from Python (e.g. kept by a tensor hook)"
+    if why is not None:
+        raise RuntimeError(
+            f"rms_norm(in_place=True) refuses to write dx into the incoming gradient: {why}. "
+            "Use in_place=False here."
+        )
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """Autograd Function: forward stores rstd (fp32, one per row); backward runs the fused
-    persistent backward (dx and the partial-buffer dW reduction)."""
+    """Forward stores rstd (fp32, one per row); backward runs the fused persistent backward
+    (dx and the partial-buffer dW reduction). With ``in_place`` the backward writes dx into
+    dy's memory when dy is provably not used elsewhere, and raises otherwise."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps, offset, casting, mode):
-        y, rstd = _forward(x, weight, eps, offset, casting, mode, store_rstd=True)
+    def forward(ctx, x, weight, eps, offset, casting, mode, in_place):
+        y, rstd = torch_impl.forward(x, weight, eps, offset, casting, mode, store_rstd=True)
         ctx.save_for_backward(x, weight, rstd)
         ctx.offset = offset
         ctx.casting = casting
+        ctx.in_place = in_place
         return y
 
     @staticmethod
     def backward(ctx, dy):
+        refs = _python_refs(dy)
+        if torch.is_grad_enabled():  # the engine enables grad mode only for create_graph=True
+            raise RuntimeError(
+                "cutile_rms.rms_norm does not support double backward (create_graph=True): "
+                "its backward kernels are not differentiable"
+            )
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(x, dy, weight, rstd, ctx.offset, ctx.casting)
+        dx_out = None
+        if ctx.in_place and ctx.needs_input_grad[0]:
+            _check_overwritable(dy, refs)
+            dx_out = dy
+        dx, dw = torch_impl.backward(x, dy, weight, rstd, ctx.offset, ctx.casting, dx_out)
         return (
             dx if ctx.needs_input_grad[0] else None,
             dw if ctx.needs_input_grad[1] else None,
@@ -157,14 +108,17 @@ class RMSNormFunction(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
-def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode=None):
+def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode=None, in_place=False):
     """``y = x / sqrt(mean(x**2, dim=-1) + eps) * (offset + weight)``, differentiable in x and weight.
 
     Args:
-        x: CUDA tensor of shape (..., N), float32, float16 or bfloat16. Any leading dims.
+        x: CUDA tensor of shape (..., N), float32, float16 or bfloat16. Any leading dims and any
+            layout: rows with unit stride along N and a padded row stride (a slice of a wider
+            tensor) are read in place, other layouts are copied once.
         weight: (N,) tensor on x's device (any of the three dtypes), or None for no affine
             (then ``y = xhat`` and ``offset`` must be 0).
         eps: added to the mean of squares; a runtime value (no recompile per value).
@@ -174,17 +128,33 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
             "gemma": everything in fp32, y rounded once; "none": mean of squares in fp32, the
             rest in x's dtype. With float32 input the three are identical.
         mode: None (automatic), "persistent" or "gather" to force a forward kernel.
+        in_place: the backward writes dx into the incoming gradient's memory (saves one
+            activation-sized buffer). It raises RuntimeError instead when that gradient is
+            needed elsewhere (a view, shared with a residual branch, kept by a hook). Ignored
+            under ``torch.compile``, whose compiler plans buffers itself.
 
     Returns:
-        y, contiguous, with x's shape and dtype. When no input requires grad (or grad mode is
-        off) the forward skips the rstd store entirely.
+        y, contiguous, with x's shape and dtype (also under autocast, as ``torch.rms_norm``).
+        When no input requires grad (or grad mode is off) the forward skips the rstd store.
+
+    Works under ``torch.compile(fullgraph=True)`` (custom ops with fake implementations,
+    dynamic shapes) and in CUDA graphs (no host synchronization; every buffer comes from
+    torch's allocator). The first call of each kernel specialization JIT-compiles it: warm up
+    before capturing a graph.
     """
-    casting = _validate_x_weight(x, weight, eps, offset, casting_mode)
-    _check_device(x, weight=weight)
+    casting = validate_x_weight(x, weight, eps, offset, casting_mode)
+    check_device(x, weight=weight)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
+    eps, offset = float(eps), float(offset)
+    if torch.compiler.is_compiling():
+        if needs_grad:
+            return torch.ops.cutile_rms.rms_norm_fwd(x, weight, eps, offset, casting, mode)[0]
+        return torch.ops.cutile_rms.rms_norm_infer(x, weight, eps, offset, casting, mode)
     if not needs_grad:
-        return _forward(x, weight, eps, offset, casting, mode, store_rstd=False)[0]
-    return RMSNormFunction.apply(x, weight, eps, offset, casting, mode)
+        return torch_impl.forward(x, weight, eps, offset, casting, mode, store_rstd=False)[0]
+    if in_place:
+        _fresh_gradient_counts(x.device.type)  # calibrate now, outside the backward pass
+    return RMSNormFunction.apply(x, weight, eps, offset, casting, mode, in_place)
 
 
 def rms_norm_forward(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode=None, store_rstd=True):
@@ -193,12 +163,17 @@ def rms_norm_forward(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llam
     ``rstd = 1 / sqrt(mean(x**2, dim=-1) + eps)`` in float32 with shape ``x.shape[:-1]``
     (None when ``store_rstd=False``). Feed it to :func:`rms_norm_backward`.
     """
-    casting = _validate_x_weight(x, weight, eps, offset, casting_mode)
-    _check_device(x, weight=weight)
-    return _forward(x, weight, eps, offset, casting, mode, store_rstd)
+    casting = validate_x_weight(x, weight, eps, offset, casting_mode)
+    check_device(x, weight=weight)
+    eps, offset = float(eps), float(offset)
+    if torch.compiler.is_compiling():
+        if store_rstd:
+            return torch.ops.cutile_rms.rms_norm_fwd(x, weight, eps, offset, casting, mode)
+        return torch.ops.cutile_rms.rms_norm_infer(x, weight, eps, offset, casting, mode), None
+    return torch_impl.forward(x, weight, eps, offset, casting, mode, store_rstd)
 
 
-def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
+def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama", in_place=False):
     """Gradients of ``y = xhat * (offset + weight)``: returns ``(dx, dw)``.
 
     ``dx = rstd * (wdy - xhat * mean(wdy * xhat))`` with ``wdy = (offset + weight) * dy`` and
@@ -210,9 +185,11 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
     Args:
         x: the forward's input, (..., N). dy: the gradient of y, x's shape and dtype.
         weight: (N,) or None. rstd: float32 of shape x.shape[:-1] (from :func:`rms_norm_forward`).
+        in_place: write dx into dy (which must be contiguous) and return it as dx. dy's old
+            contents are gone: the caller asserts nothing else needs them.
     """
-    casting = _validate_x_weight(x, weight, 0.0, offset, casting_mode)
-    _check_tensor("dy", dy)
+    casting = validate_x_weight(x, weight, 0.0, offset, casting_mode)
+    check_tensor("dy", dy)
     if dy.shape != x.shape:
         raise ValueError(f"dy must have x's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     if dy.dtype != x.dtype:
@@ -223,5 +200,14 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
         raise TypeError(f"rstd must be float32, got {rstd.dtype}")
     if rstd.shape != x.shape[:-1]:
         raise ValueError(f"rstd must have shape {tuple(x.shape[:-1])} (x.shape[:-1]), got {tuple(rstd.shape)}")
-    _check_device(x, weight=weight, dy=dy, rstd=rstd)
-    return _backward(x, dy, weight, rstd, offset, casting)
+    if in_place and not dy.is_contiguous():
+        raise ValueError("in_place=True writes dx into dy, which must then be contiguous")
+    check_device(x, weight=weight, dy=dy, rstd=rstd)
+    offset = float(offset)
+    if torch.compiler.is_compiling():
+        dx, dw = torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, offset, casting)
+        if in_place:
+            dy.copy_(dx)
+            dx = dy
+        return dx, (None if weight is None else dw)
+    return torch_impl.backward(x, dy, weight, rstd, offset, casting, dy if in_place else None)

@@ -17,9 +17,11 @@ from cutile_rms.rmsnorm.config import (
     REDUCE_TILE_N,
     BackwardPlan,
     ForwardPlan,
+    plan_backward,
+    plan_forward,
 )
 
-__all__ = ["CASTING_MODES", "casting_code", "launch_backward", "launch_forward"]
+__all__ = ["CASTING_MODES", "casting_code", "launch_backward", "launch_forward", "run_backward", "run_forward"]
 
 CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NONE}
 
@@ -113,3 +115,20 @@ def launch_backward(
         launch(stream, (plan.partial_rows, plan.num_chunks), K.rms_bwd_chunked, args)
     if has_weight:
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
+
+
+def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, num_sms: int, stream):
+    """Plan and launch the forward for (m, n) arrays x and y (m > 0); see :func:`launch_forward`."""
+    m, n = x.shape
+    launch_forward(plan_forward(m, n, num_sms, mode), x, weight, y, rstd, eps, offset, casting, stream)
+
+
+def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, num_sms: int, stream):
+    """Plan the backward for (m, n) arrays (m > 0), allocate its fp32 workspaces with
+    ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
+    :func:`launch_backward`."""
+    m, n = x.shape
+    plan = plan_backward(m, n, num_sms)
+    dw_partial = None if weight is None else empty_f32((plan.partial_rows, n))
+    row_dot = empty_f32((m,)) if plan.needs_row_dot else None
+    launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream)

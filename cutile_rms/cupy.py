@@ -1,0 +1,162 @@
+"""RMSNorm for CuPy arrays, on CuPy's current stream. Needs no torch.
+
+    y = x / sqrt(mean(x**2, axis=-1) + eps) * (offset + weight)
+
+    import cupy as cp
+    import cutile_rms.cupy as crms
+
+    y, rstd = crms.rms_norm(x, w, return_rstd=True)
+    dx, dw = crms.rms_norm_backward(x, dy, w, rstd)
+
+The same launchers serve torch and CuPy (arrays cross through DLPack), so the results are
+bitwise those of :func:`cutile_rms.rms_norm` on the same data. Outputs are new C-contiguous
+CuPy arrays; exchange with torch is zero-copy (``torch.from_dlpack(y)``, ``cupy.from_dlpack(t)``).
+In interpret mode (:mod:`cutile_rms.interpret`) NumPy arrays are accepted and run on the CPU.
+"""
+
+import ml_dtypes
+import numpy as np
+
+from cutile_rms import interpret
+from cutile_rms._device import device_info
+from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+
+__all__ = ["rms_norm", "rms_norm_backward"]
+
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_INT32_MAX = 2**31 - 1
+
+
+def _namespace(name, a):
+    """cupy for a CuPy array; numpy for a NumPy array in interpret mode; TypeError otherwise."""
+    module = type(a).__module__
+    if module.startswith("cupy"):
+        import cupy
+
+        return cupy
+    if isinstance(a, np.ndarray):
+        if not interpret.is_enabled():
+            raise ValueError(f"{name} is a NumPy array; NumPy arrays run only in interpret mode (cutile_rms.interpret)")
+        return np
+    raise TypeError(f"{name} must be a CuPy array, got {type(a).__name__}")
+
+
+def _check(name, a, xp, device_id):
+    if _namespace(name, a) is not xp:
+        raise TypeError(f"{name} must be a {xp.__name__} array like x, got {type(a).__name__}")
+    if a.dtype not in SUPPORTED_DTYPES:
+        kind = "floating-point" if np.issubdtype(a.dtype, np.floating) else "non-floating"
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {kind} dtype {a.dtype}")
+    if xp is not np and a.device.id != device_id:
+        raise ValueError(f"{name} is on device {a.device.id} but x is on device {device_id}; put them on one device")
+
+
+def _validate(x, weight, eps, offset, casting_mode):
+    xp = _namespace("x", x)
+    device_id = None if xp is np else x.device.id
+    _check("x", x, xp, device_id)
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension (the normalized one)")
+    n = x.shape[-1]
+    if n == 0:
+        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
+    if n > _INT32_MAX:
+        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
+    if weight is not None:
+        _check("weight", weight, xp, device_id)
+        if weight.shape != (n,):
+            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {weight.shape}")
+    elif offset != 0.0:
+        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
+    if not isinstance(eps, int | float) or not eps >= 0.0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    return xp, device_id, casting_code(casting_mode, x.dtype == np.float32)
+
+
+def _rows(xp, a, n):
+    """(M, N) view with unit stride along N (padded rows allowed); copies other layouts once."""
+    a2 = a.reshape(-1, n)
+    return a2 if a2.strides[1] == a2.itemsize else xp.ascontiguousarray(a2)
+
+
+def _unit(xp, w):
+    return None if w is None else (w if w.strides[0] == w.itemsize else xp.ascontiguousarray(w))
+
+
+class _Target:
+    """Stream, SM count and current device for a launch on x's device."""
+
+    def __init__(self, xp, device_id):
+        if xp is np:
+            self.stream, self.num_sms, self._device = None, interpret.INTERPRET_NUM_SMS, None
+        else:
+            self._device = xp.cuda.Device(device_id)
+            with self._device:
+                self.stream = xp.cuda.get_current_stream()
+            self.num_sms = device_info(device_id).num_sms
+
+    def __enter__(self):
+        if self._device is not None:
+            self._device.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._device is not None:
+            self._device.__exit__(*exc)
+
+
+def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode=None, return_rstd=False):
+    """``y = x / sqrt(mean(x**2, axis=-1) + eps) * (offset + weight)`` for a CuPy array x.
+
+    Arguments as :func:`cutile_rms.rms_norm`. Returns y (x's shape and dtype, C-contiguous),
+    or ``(y, rstd)`` with ``return_rstd=True`` (fp32, shape ``x.shape[:-1]``), the input of
+    :func:`rms_norm_backward`. Without ``return_rstd`` the kernel skips the rstd store.
+    """
+    xp, device_id, casting = _validate(x, weight, eps, offset, casting_mode)
+    n = x.shape[-1]
+    with _Target(xp, device_id) as target:
+        x2 = _rows(xp, x, n)
+        m = x2.shape[0]
+        y = xp.empty((m, n), dtype=x.dtype)
+        rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
+        if m:
+            run_forward(
+                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.num_sms, target.stream
+            )
+    y = y.reshape(x.shape)
+    return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
+
+
+def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
+    """``(dx, dw)`` for CuPy arrays, as :func:`cutile_rms.rms_norm_backward` (dw is None when
+    weight is None). rstd comes from ``rms_norm(..., return_rstd=True)``."""
+    xp, device_id, casting = _validate(x, weight, 0.0, offset, casting_mode)
+    _check("dy", dy, xp, device_id)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have x's shape {x.shape}, got {dy.shape}")
+    if dy.dtype != x.dtype:
+        raise TypeError(f"dy must have x's dtype {x.dtype}, got {dy.dtype}")
+    if _namespace("rstd", rstd) is not xp or rstd.dtype != np.float32:
+        raise TypeError(f"rstd must be a float32 {xp.__name__} array")
+    if rstd.shape != x.shape[:-1]:
+        raise ValueError(f"rstd must have shape {x.shape[:-1]} (x.shape[:-1]), got {rstd.shape}")
+    if xp is not np and rstd.device.id != device_id:
+        raise ValueError(f"rstd is on device {rstd.device.id} but x is on device {device_id}")
+    n = x.shape[-1]
+    with _Target(xp, device_id) as target:
+        x2, dy2 = _rows(xp, x, n), _rows(xp, dy, n)
+        m = x2.shape[0]
+        dx = xp.empty((m, n), dtype=x.dtype)
+        dw = None if weight is None else xp.empty(weight.shape, dtype=weight.dtype)
+        if m:
+
+            def empty_f32(shape):
+                return xp.empty(shape, dtype=np.float32)
+
+            r = xp.ascontiguousarray(rstd.reshape(m))
+            run_backward(
+                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.num_sms, target.stream
+            )
+        elif dw is not None:
+            dw[...] = 0  # the sum over no rows
+    return dx.reshape(x.shape), dw

@@ -1,0 +1,167 @@
+"""Torch layer under the public API: validation, allocation with torch's allocator, and the
+launch on the tensors' device and current stream. No autograd here (functional.py), no custom
+op registration (ops.py): both call :func:`forward` and :func:`backward`.
+
+This is the eager hot path: every call on a small (decode-sized) tensor pays for what runs
+here, so it avoids torch calls that cost host time without changing the result (measured on
+the H200 host, see bench/NOTES.md: a ``torch.cuda.Stream`` object costs 3 us, the raw stream
+handle 0.1 us; a ``view`` costs 2 us and is skipped when x is already 2-D).
+"""
+
+import torch
+
+from cutile_rms import interpret
+from cutile_rms._device import device_info
+from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "backward",
+    "check_device",
+    "check_tensor",
+    "forward",
+    "launch_target",
+    "validate_x_weight",
+]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_INT32_MAX = 2**31 - 1
+
+
+def check_tensor(name: str, t) -> None:
+    """Type and dtype. The device is checked last (check_device), so that every other
+    mistake is reported the same way with or without a GPU."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        kind = "floating-point" if t.dtype.is_floating_point else "non-floating"
+        raise TypeError(f"{name} must be float32, float16 or bfloat16, got {kind} dtype {t.dtype}")
+
+
+def check_device(x: torch.Tensor, **others) -> None:
+    """x on a CUDA device (a CPU tensor in interpret mode), every other tensor on x's device."""
+    if x.is_cuda:
+        if interpret.is_enabled():
+            raise ValueError(f"interpret mode (CUTILE_RMS_INTERPRET) runs on CPU tensors; x is on {x.device}")
+    elif not (x.is_cpu and interpret.is_enabled()):
+        hint = " (or enable interpret mode: CUTILE_RMS_INTERPRET=1)" if x.is_cpu else ""
+        raise ValueError(f"x must be on a CUDA device, got {x.device}{hint}")
+    dev = x.device
+    for name, t in others.items():
+        if t is not None and t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but x is on {dev}; put them on one device")
+
+
+def validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
+    """Checks what rms_norm's arguments must satisfy; returns the kernel's casting code."""
+    check_tensor("x", x)
+    shape = x.shape
+    if not shape:
+        raise ValueError("x must have at least one dimension (the normalized one)")
+    n = shape[-1]
+    if n == 0:
+        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
+    if n > _INT32_MAX:
+        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
+    if weight is not None:
+        check_tensor("weight", weight)
+        if weight.shape != (n,):
+            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {tuple(weight.shape)}")
+    elif offset != 0.0:
+        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
+    if not isinstance(eps, (int, float)) or not eps >= 0.0:  # noqa: UP038 (a tuple is faster here)
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    return casting_code(casting_mode, x.dtype == torch.float32)
+
+
+# The current stream of a CUDA device as a raw handle (what ct.launch takes). torch's own
+# compiler calls the same private function; the public spelling is the fallback.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
+
+
+def launch_target(device: torch.device):
+    """(stream, number of SMs) for launching on ``device``: its current stream, or, for a CPU
+    tensor in interpret mode, no stream and the interpreter's small SM count."""
+    if device.type == "cpu":
+        return None, interpret.INTERPRET_NUM_SMS
+    return _raw_stream(device.index), device_info(device.index).num_sms
+
+
+def _launch(x: torch.Tensor, run, *args) -> None:
+    """``run(*args, num_sms, stream)`` on x's device and its current stream, with that device
+    made current if it is not (ct.launch launches into the current context)."""
+    index = x.get_device()  # -1 on the CPU (interpret mode)
+    if index < 0:
+        run(*args, interpret.INTERPRET_NUM_SMS, None)
+        return
+    stream, num_sms = _raw_stream(index), device_info(index).num_sms
+    if index == torch.cuda.current_device():
+        run(*args, num_sms, stream)
+    else:
+        with torch.cuda.device(index):
+            run(*args, num_sms, stream)
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """Detached (M, N) view of t with unit stride along N. Rows may be padded (a row stride
+    larger than N, as in a slice of a wider tensor): that is passed as it is. Any other layout
+    (last-dim stride != 1, leading dims that do not merge) is copied once."""
+    if t.is_contiguous():  # the common case, and the cheapest test
+        t2 = t if t.dim() == 2 else t.view(-1, n)
+    else:
+        t2 = t.reshape(-1, n)
+        if t2.stride(1) != 1:
+            t2 = t2.contiguous()
+    return t2.detach() if t2.requires_grad else t2
+
+
+def _unit_stride(w):
+    if w is None:
+        return None
+    if w.requires_grad:
+        w = w.detach()
+    return w if w.is_contiguous() else w.contiguous()
+
+
+def _as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """(m, n) view of a contiguous tensor (free when it is 2-D already)."""
+    return t if t.dim() == 2 else t.view(m, n)
+
+
+def forward(x, weight, eps, offset, casting, mode, store_rstd):
+    """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
+    fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False."""
+    n = x.shape[-1]
+    x2 = _rows(x, n)
+    m = x2.shape[0]
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
+    if m:
+        r = None if rstd is None else (rstd if rstd.dim() == 1 else rstd.view(m))
+        _launch(x, run_forward, x2, _unit_stride(weight), _as_rows(y, m, n), r, eps, offset, casting, mode)
+    return y, rstd
+
+
+def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
+    """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
+    into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
+    shape and dtype (None when weight is None)."""
+    n = x.shape[-1]
+    x2 = _rows(x, n)
+    m = x2.shape[0]
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
+    dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
+    if m == 0:
+        if dw is not None:
+            dw.zero_()  # the sum over no rows
+        return dx, dw
+
+    def empty_f32(shape):  # the backward's fp32 workspaces
+        return x2.new_empty(shape, dtype=torch.float32)
+
+    r = rstd.detach().reshape(m)
+    args = (x2, _rows(dy, n), _unit_stride(weight), r, _as_rows(dx, m, n), dw, offset, casting)
+    _launch(x, run_backward, *args, empty_f32)
+    return dx, dw
