@@ -37,9 +37,11 @@ def _castings(x: str):
 
 
 def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd):
-    # Absent arrays are replaced by x at launch (launch.py), so they take x's constraint.
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), arr("float32", 1) if store_rstd else arr(x, 2),
-            F32, F32, tile_m, tile_n, casting, w is not None, store_rstd]  # fmt: skip
+    # An absent weight is replaced by x at launch (launch.py), so it takes x's constraint. The
+    # inference kernels have no rstd parameter.
+    rstd = [arr("float32", 1)] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
+            w is not None]  # fmt: skip
 
 
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat):
@@ -65,14 +67,14 @@ def jobs():
         key = (id(kernel), repr(params))
         out.setdefault(key, (label, kernel, params))
 
-    fwd_tile = {s.blocks_per_sm: L._FWD_TILE[s.blocks_per_sm] for s in C.forward_tile_shapes()}
+    def fwd_tile(shape, store):
+        return (L._FWD_TILE if store else L._FWD_TILE_INFER)[shape.blocks_per_sm]
+
+    fwd_chunked = {True: K.rms_fwd_chunked, False: K.rms_fwd_chunked_infer}
     for x in DTYPES:
-        for s in C.forward_tile_shapes():
-            add(
-                f"fwd_tile {x} {s}",
-                fwd_tile[s.blocks_per_sm],
-                _fwd_params(x, x, s.tile_m, s.tile_n, K.CAST_LLAMA, True),
-            )
+        for s, store in itertools.product(C.forward_tile_shapes(), (True, False)):
+            add(f"fwd_tile {x} {s} rstd={store}", fwd_tile(s, store),
+                _fwd_params(x, x, s.tile_m, s.tile_n, K.CAST_LLAMA, store))  # fmt: skip
         for tn in C.forward_chunk_widths():
             add(f"fwd_chunked {x} {tn}", K.rms_fwd_chunked, _fwd_params(x, x, 1, tn, K.CAST_LLAMA, True))
         for s in C.backward_tile_shapes():
@@ -90,9 +92,9 @@ def jobs():
         s_f = C.forward_tile_shape(4096)
         s_b = C.backward_tile_shape(4096)
         for w, casting, store in itertools.product(weights, _castings(x), (True, False)):
-            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", fwd_tile[s_f.blocks_per_sm],
+            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", fwd_tile(s_f, store),
                 _fwd_params(x, w, s_f.tile_m, s_f.tile_n, casting, store))  # fmt: skip
-            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}", K.rms_fwd_chunked,
+            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}", fwd_chunked[store],
                 _fwd_params(x, w, 1, C.FWD_CHUNK_N, casting, store))  # fmt: skip
         for w in weights:
             for round_xhat in (False,) if w is None or x == "float32" else (False, True):

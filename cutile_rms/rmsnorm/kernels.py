@@ -77,8 +77,8 @@ def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
         return ct.sum(dyf * xhat, axis=0, keepdims=True)
 
 
-@ct.kernel
-def rms_fwd_tile(
+@ct.function
+def _fwd_tile_rows(
     x,
     w,
     y,
@@ -108,8 +108,8 @@ def rms_fwd_tile(
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
 
 
-@ct.kernel
-def rms_fwd_chunked(
+@ct.function
+def _fwd_chunked_rows(
     x,
     w,
     y,
@@ -144,6 +144,77 @@ def rms_fwd_chunked(
             ct.store(y, (i, j), ct.astype(yt, y.dtype))
         if STORE_RSTD:
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
+
+
+# Each forward comes as two kernels: the training one stores rstd; the inference one has no
+# rstd parameter at all. ct.launch spends host time on every array argument (about 0.5-1.4 us
+# each on the H200 host, bench/NOTES.md), which is a large share of a decode-sized call.
+
+
+@ct.kernel
+def rms_fwd_tile(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+):
+    """Single-tile forward that stores rstd (see _fwd_tile_rows)."""
+    _fwd_tile_rows(x, w, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True)
+
+
+@ct.kernel
+def rms_fwd_tile_infer(
+    x,
+    w,
+    y,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+):
+    """Single-tile forward without rstd (inference)."""
+    _fwd_tile_rows(x, w, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False)
+
+
+@ct.kernel
+def rms_fwd_chunked(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+):
+    """Chunked forward that stores rstd (see _fwd_chunked_rows)."""
+    _fwd_chunked_rows(x, w, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True)
+
+
+@ct.kernel
+def rms_fwd_chunked_infer(
+    x,
+    w,
+    y,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+):
+    """Chunked forward without rstd (inference)."""
+    _fwd_chunked_rows(x, w, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False)
 
 
 @ct.kernel

@@ -35,6 +35,7 @@ def _variants(kernel):
 
 
 _FWD_TILE = _variants(K.rms_fwd_tile)
+_FWD_TILE_INFER = _variants(K.rms_fwd_tile_infer)
 _BWD_TILE = _variants(K.rms_bwd_tile)
 
 
@@ -48,9 +49,11 @@ def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
     return K.CAST_GEMMA if is_fp32_input else code
 
 
-def forward_kernel(plan: ForwardPlan):
-    """The kernel object a forward plan launches."""
-    return _FWD_TILE[plan.occupancy] if plan.kernel == "tile" else K.rms_fwd_chunked
+def forward_kernel(plan: ForwardPlan, store_rstd: bool = True):
+    """The kernel object a forward plan launches (with or without the rstd store)."""
+    if plan.kernel == "tile":
+        return (_FWD_TILE if store_rstd else _FWD_TILE_INFER)[plan.occupancy]
+    return K.rms_fwd_chunked if store_rstd else K.rms_fwd_chunked_infer
 
 
 def backward_tile_kernel(occupancy: int):
@@ -63,21 +66,13 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None.
     """
     has_weight = weight is not None
-    store_rstd = rstd is not None
-    args = (
-        x,
-        weight if has_weight else x,
-        y,
-        rstd if store_rstd else x,
-        float(eps),
-        float(offset),
-        plan.tile_m,
-        plan.tile_n,
-        casting,
-        has_weight,
-        store_rstd,
-    )
-    launch(stream, (plan.grid,), forward_kernel(plan), args)
+    w = weight if has_weight else x
+    consts = (plan.tile_m, plan.tile_n, casting, has_weight)
+    if rstd is None:
+        args = (x, w, y, float(eps), float(offset), *consts)
+    else:
+        args = (x, w, y, rstd, float(eps), float(offset), *consts)
+    launch(stream, (plan.grid,), forward_kernel(plan, rstd is not None), args)
 
 
 def launch_backward(

@@ -79,6 +79,7 @@ def validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream
 )
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def launch_target(device: torch.device):
@@ -97,7 +98,7 @@ def _launch(x: torch.Tensor, run, *args) -> None:
         run(*args, interpret.INTERPRET_NUM_SMS, None)
         return
     stream, num_sms = _raw_stream(index), device_info(index).num_sms
-    if index == torch.cuda.current_device():
+    if index == _current_device():
         run(*args, num_sms, stream)
     else:
         with torch.cuda.device(index):
