@@ -54,6 +54,12 @@ def test_opcheck(dev, dtype, has_weight, gen):
     torch.library.opcheck(OPS.rms_norm_bwd.default, (x, dy, w, rstd, 0.0, 0))
 
 
+def test_ops_refuse_cpu_tensors_outside_interpret_mode():
+    x = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        OPS.rms_norm_infer(x, None, 1e-6, 0.0, 0, None)
+
+
 def _graph_ops(gm):
     """Names of the ops a traced graph calls, without the overload suffix."""
     return {str(node.target).removesuffix(".default") for node in gm.graph.nodes if node.op == "call_function"}

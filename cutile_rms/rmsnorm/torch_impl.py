@@ -95,6 +95,8 @@ def _launch(x: torch.Tensor, run, *args) -> None:
     made current if it is not (ct.launch launches into the current context)."""
     index = x.get_device()  # -1 on the CPU (interpret mode)
     if index < 0:
+        if not interpret.is_enabled():  # reached only by calling torch.ops.cutile_rms.* directly
+            raise ValueError(f"cutile_rms kernels run on CUDA tensors (or CPU ones in interpret mode), got {x.device}")
         run(*args, interpret.INTERPRET_NUM_SMS, None)
         return
     stream, num_sms = _raw_stream(index), device_info(index).num_sms
