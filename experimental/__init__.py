@@ -2,7 +2,27 @@
 
 New kernel families start here, each kernel marked ``@experimental_kernel`` (its first launch
 warns once), and are tested in the experimental tier (``pytest -m experimental``) until they
-meet the promotion bar in CONTRIBUTING.md and move into ``cutile_rms/``. Empty for now.
+meet the promotion bar in CONTRIBUTING.md and move into ``cutile_rms/``.
+
+- ``fused_add_rms_norm(x, residual, weight, ...) -> (y, residual_out)`` and the in-place
+  inference variant ``fused_add_rms_norm_`` (package ``fused_add``).
 """
 
-__all__: list[str] = []
+import importlib
+
+_API = {
+    "FusedAddRMSNormFunction": "cutile_rms.experimental.fused_add.functional",
+    "fused_add_rms_norm": "cutile_rms.experimental.fused_add.functional",
+    "fused_add_rms_norm_": "cutile_rms.experimental.fused_add.functional",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name):  # the torch API is imported on first use, as in cutile_rms
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cutile_rms.experimental' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

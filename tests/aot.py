@@ -17,6 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
 
+from cutile_rms.experimental.fused_add import kernels as FK
+from cutile_rms.experimental.fused_add import launch as FL
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
@@ -109,7 +111,44 @@ def jobs():
                     K.dw_reduce,
                     [arr("float32", 2), arr(w, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N],
                 )
+    fused_jobs(add)
     return list(out.values())
+
+
+def fused_jobs(add):
+    """The experimental fused residual-add kernels: every flavour and flag at one tile shape,
+    for same-dtype residual streams and an fp32 stream beside bf16 activations."""
+    s_f, s_b = C.forward_tile_shape(4096), C.backward_tile_shape(4096)
+    for x, s in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32")):
+        casting = K.CAST_GEMMA if s == "float32" else K.CAST_LLAMA
+        for w in (x, None):
+            wa = arr(w, 1) if w else arr(x, 2)
+            common = [F32, F32]
+            for flavour, tiles, chunked in (
+                ("train", *FL._FORWARD["train"]), ("infer", *FL._FORWARD["infer"]), ("inplace", *FL._FORWARD["inplace"])
+            ):  # fmt: skip
+                if flavour == "inplace":
+                    arrays = [arr(x, 2), arr(s, 2), wa]
+                else:
+                    rstd = [arr("float32", 1)] if flavour == "train" else []
+                    arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
+                for label, kernel, tm, tn in (
+                    ("tile", tiles[s_f.blocks_per_sm], s_f.tile_m, s_f.tile_n), ("chunked", chunked, 1, C.FWD_CHUNK_N)
+                ):  # fmt: skip
+                    add(f"fused fwd {flavour} {label} x={x} s={s} w={w}", kernel,
+                        [*arrays, *common, tm, tn, casting, w is not None])  # fmt: skip
+            for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
+                round_xhat = w is not None and casting != K.CAST_GEMMA
+                dres = arr(s, 2) if add_dres else arr(x, 2)
+                dr = arr(s, 2) if two else arr(x, 2)
+                part = arr("float32", 2) if w else arr(s, 2)
+                flags = [w is not None, round_xhat, add_dres, two]
+                add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.blocks_per_sm],
+                    [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr(x, 2), dr, part, F32, s_b.tile_m,
+                     s_b.tile_n, *flags])  # fmt: skip
+                add(f"fused bwd chunked x={x} s={s} w={w} dres={add_dres} two={two}", FK.fused_add_bwd_chunked,
+                    [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr("float32", 1), arr(x, 2), dr, part, F32,
+                     1, C.BWD_CHUNK_N, *flags])  # fmt: skip
 
 
 def _compile_one(args):

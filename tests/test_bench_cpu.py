@@ -131,3 +131,37 @@ def test_main_job_without_gpu(tmp_path, capsys):
     rows = read_csv(tmp_path / "results.csv")
     assert {r["provider"] for r in rows} == {"cutile_rms", "torch"} and all(r["status"] == "ok" for r in rows)
     assert "| fwd_infer | llama | bfloat16 |" in (tmp_path / "summary.md").read_text()
+
+
+def test_fused_add_byte_counts():
+    from bench.fused_add import op_bytes
+
+    m, n = 1000, 4096
+    # bf16 everywhere: x, residual in; y, residual_out out (+ weight); rstd for training.
+    assert op_bytes("fwd_infer", m, n, "bfloat16", "same") == 4 * m * n * 2 + n * 2
+    assert op_bytes("fwd", m, n, "bfloat16", "same") == 4 * m * n * 2 + n * 2 + 4 * m
+    # bwd reads residual_out, dy, d residual_out and writes dx once (= d residual).
+    assert op_bytes("bwd", m, n, "bfloat16", "same") == 4 * m * n * 2 + 4 * m + 2 * n * 2
+    # fp32 stream: residual, residual_out, their gradients in fp32; d residual written apart.
+    assert op_bytes("fwd_infer", m, n, "bfloat16", "fp32") == m * n * (2 * 2 + 2 * 4) + n * 2
+    assert op_bytes("bwd", m, n, "bfloat16", "fp32") == m * n * (3 * 4 + 2 * 2) + 4 * m + 2 * n * 2
+
+
+def test_fused_add_bench_runs_through_the_interpreter(tmp_path):
+    """python -m bench.fused_add without a GPU: every row is checked and timed (or missing)."""
+    from bench import fused_add
+
+    argv = ["--dtype", "bfloat16", "--op", "fwd", "bwd", "--out", str(tmp_path)]
+    rows = read_csv_after(fused_add.main, argv, tmp_path)
+    ours = [r for r in rows if r["provider"] == "cutile_rms"]
+    assert ours and all(r["status"] == "ok" and float(r["time_us"]) > 0 for r in ours)
+    assert {r["variant"] for r in ours} == {"same", "fp32"}
+    assert all(r["status"] == "missing" for r in rows if r["provider"] in ("liger", "torch_compile"))
+
+
+def read_csv_after(main, argv, out):
+    from cutile_rms import interpret
+
+    with interpret.interpreting():
+        assert main(argv) == 0
+    return read_csv(out / "results.csv")

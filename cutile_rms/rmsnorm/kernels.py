@@ -78,10 +78,22 @@ def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
 
 
 @ct.function
+def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
+    """s = x + r for one tile, summed in fp32 and rounded once to s_out's dtype, stored to
+    s_out; returns s in that dtype (what the norm then reads, so y = rms_norm(s_out) exactly)."""
+    rt = ct.load(r, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+    st = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
+    ct.store(s_out, (i, j), st)
+    return st
+
+
+@ct.function
 def _fwd_tile_rows(
     x,
+    r,
     w,
     y,
+    s_out,
     rstd_out,
     eps,
     offset,
@@ -90,16 +102,21 @@ def _fwd_tile_rows(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[bool],
 ):
     """Static persistent forward: a whole row fits one tile (N <= TILE_N).
 
-    Each block loads the weight once and strides over (TILE_M, TILE_N) row tiles.
+    Each block loads the weight once and strides over (TILE_M, TILE_N) row tiles. With
+    ADD_RESIDUAL the row normalized is s = x + r, stored to s_out on the way (one pass: s
+    stays on chip); otherwise r and s_out are unused.
     """
     n = x.shape[1]
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
     wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
         xt = ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO)
+        if ADD_RESIDUAL:
+            xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N)
         xf = ct.astype(xt, ct.float32)
         rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / n + eps)
         yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
@@ -111,8 +128,10 @@ def _fwd_tile_rows(
 @ct.function
 def _fwd_chunked_rows(
     x,
+    r,
     w,
     y,
+    s_out,
     rstd_out,
     eps,
     offset,
@@ -121,12 +140,14 @@ def _fwd_chunked_rows(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[bool],
 ):
     """Forward for rows of any length: each block takes TILE_M rows at a time and walks their
     columns in TILE_N chunks twice, once for the sum of squares and once to normalize.
 
-    The second pass re-reads x, mostly from L2. Used by the gather mode (a block per row group)
-    and by the persistent mode when a row does not fit one tile.
+    The second pass re-reads x (with ADD_RESIDUAL: s from s_out, written by the first pass),
+    mostly from L2. Used by the gather mode (a block per row group) and by the persistent mode
+    when a row does not fit one tile.
     """
     n = x.shape[1]
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
@@ -134,11 +155,17 @@ def _fwd_chunked_rows(
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
         sumsq = ct.zeros((TILE_M, 1), dtype=ct.float32)
         for j in range(num_chunks):
-            xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+            xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            if ADD_RESIDUAL:
+                xt = _add_residual(xt, r, s_out, i, j, TILE_M, TILE_N)
+            xf = ct.astype(xt, ct.float32)
             sumsq += ct.sum(xf * xf, axis=1, keepdims=True)
         rstd = ct.rsqrt(sumsq / n + eps)
         for j in range(num_chunks):
-            xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            if ADD_RESIDUAL:
+                xt = ct.load(s_out, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            else:
+                xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
             wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
             yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
             ct.store(y, (i, j), ct.astype(yt, y.dtype))
@@ -165,7 +192,7 @@ def rms_fwd_tile(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Single-tile forward that stores rstd (see _fwd_tile_rows)."""
-    _fwd_tile_rows(x, w, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True)
+    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False)
 
 
 @ct.kernel
@@ -181,7 +208,7 @@ def rms_fwd_tile_infer(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Single-tile forward without rstd (inference)."""
-    _fwd_tile_rows(x, w, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False)
+    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False)
 
 
 @ct.kernel
@@ -198,7 +225,7 @@ def rms_fwd_chunked(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Chunked forward that stores rstd (see _fwd_chunked_rows)."""
-    _fwd_chunked_rows(x, w, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True)
+    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False)
 
 
 @ct.kernel
@@ -214,7 +241,63 @@ def rms_fwd_chunked_infer(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Chunked forward without rstd (inference)."""
-    _fwd_chunked_rows(x, w, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False)
+    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False)
+
+
+@ct.function
+def _dx_out(dx, dr, dres, i, j, dxf, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
+            ADD_DRES: ct.Constant[bool], TWO_OUTPUTS: ct.Constant[bool]):  # fmt: skip
+    """Stores one (TILE_M, TILE_N) tile of dx (fp32 in dxf). For a fused residual add:
+    ADD_DRES adds the gradient that reached the sum directly (dres); TWO_OUTPUTS also stores
+    the result to dr, in dr's dtype (x and the residual have different dtypes)."""
+    if ADD_DRES:
+        dxf = dxf + ct.astype(ct.load(dres, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+    ct.store(dx, (i, j), ct.astype(dxf, dx.dtype))
+    if TWO_OUTPUTS:
+        ct.store(dr, (i, j), ct.astype(dxf, dr.dtype))
+
+
+@ct.function
+def _bwd_tile_rows(
+    x,
+    dy,
+    dres,
+    w,
+    rstd_in,
+    dx,
+    dr,
+    dw_partial,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    ROUND_XHAT: ct.Constant[bool],
+    ADD_DRES: ct.Constant[bool],
+    TWO_OUTPUTS: ct.Constant[bool],
+):
+    """Persistent backward when a row fits one tile (N <= TILE_N).
+
+    dx for each (TILE_M, TILE_N) row tile; the block's share of dW accumulates in an fp32
+    (1, TILE_N) tile and is written once, to row bid of dw_partial (grid x N, fp32). The
+    assignment of rows to blocks depends only on the grid, so results are deterministic.
+    (dres, dr: see _dx_out; unused by the plain RMSNorm kernels.)
+    """
+    n = x.shape[1]
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
+    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
+        xf = ct.astype(ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        dyf = ct.astype(ct.load(dy, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        xhat = xf * rstd
+        wdy = dyf * wp
+        c = ct.sum(wdy * xhat, axis=1, keepdims=True) / n
+        _dx_out(dx, dr, dres, i, 0, (wdy - xhat * c) * rstd, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS)
+        if HAS_WEIGHT:
+            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        ct.store(dw_partial, (ct.bid(0), 0), dw_acc)
 
 
 @ct.kernel
@@ -231,28 +314,10 @@ def rms_bwd_tile(
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
 ):
-    """Persistent backward when a row fits one tile (N <= TILE_N).
-
-    dx for each (TILE_M, TILE_N) row tile; the block's share of dW accumulates in an fp32
-    (1, TILE_N) tile and is written once, to row bid of dw_partial (grid x N, fp32). The
-    assignment of rows to blocks depends only on the grid, so results are deterministic.
-    """
-    n = x.shape[1]
-    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
-    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
-    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
-    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
-        xf = ct.astype(ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        dyf = ct.astype(ct.load(dy, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
-        xhat = xf * rstd
-        wdy = dyf * wp
-        c = ct.sum(wdy * xhat, axis=1, keepdims=True) / n
-        ct.store(dx, (i, 0), ct.astype((wdy - xhat * c) * rstd, dx.dtype))
-        if HAS_WEIGHT:
-            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
-    if HAS_WEIGHT:
-        ct.store(dw_partial, (ct.bid(0), 0), dw_acc)
+    """Single-tile backward (see _bwd_tile_rows)."""
+    _bwd_tile_rows(
+        x, dy, dy, w, rstd_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, False
+    )
 
 
 @ct.kernel
@@ -283,6 +348,49 @@ def rms_bwd_row_dot(
         ct.store(c_out, (i,), ct.reshape(acc * rstd / n, (TILE_M,)))
 
 
+@ct.function
+def _bwd_chunk_cols(
+    x,
+    dy,
+    dres,
+    w,
+    rstd_in,
+    c_in,
+    dx,
+    dr,
+    dw_partial,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    ROUND_XHAT: ct.Constant[bool],
+    ADD_DRES: ct.Constant[bool],
+    TWO_OUTPUTS: ct.Constant[bool],
+):
+    """Second step of the chunked backward, on a 2-D grid (row groups, column chunks).
+
+    Block (g, j) owns column chunk j of the row tiles g, g + G, g + 2G, ... (G = grid rows):
+    it writes dx there and its fp32 share of dW for chunk j to dw_partial[g, chunk j].
+    (dres, dr: see _dx_out.)
+    """
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    g = ct.bid(0)
+    j = ct.bid(1)
+    wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
+    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+    for i in range(g, num_row_tiles, ct.num_blocks(0)):
+        xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        dyf = ct.astype(ct.load(dy, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        c = ct.reshape(ct.load(c_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        xhat = xf * rstd
+        _dx_out(dx, dr, dres, i, j, (dyf * wp - xhat * c) * rstd, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS)
+        if HAS_WEIGHT:
+            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        ct.store(dw_partial, (g, j), dw_acc)
+
+
 @ct.kernel
 def rms_bwd_chunked(
     x,
@@ -298,27 +406,10 @@ def rms_bwd_chunked(
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
 ):
-    """Second step of the chunked backward, on a 2-D grid (row groups, column chunks).
-
-    Block (g, j) owns column chunk j of the row tiles g, g + G, g + 2G, ... (G = grid rows):
-    it writes dx there and its fp32 share of dW for chunk j to dw_partial[g, chunk j].
-    """
-    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
-    g = ct.bid(0)
-    j = ct.bid(1)
-    wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
-    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
-    for i in range(g, num_row_tiles, ct.num_blocks(0)):
-        xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        dyf = ct.astype(ct.load(dy, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
-        c = ct.reshape(ct.load(c_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
-        xhat = xf * rstd
-        ct.store(dx, (i, j), ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype))
-        if HAS_WEIGHT:
-            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
-    if HAS_WEIGHT:
-        ct.store(dw_partial, (g, j), dw_acc)
+    """Chunked backward's second step (see _bwd_chunk_cols)."""
+    _bwd_chunk_cols(
+        x, dy, dy, w, rstd_in, c_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, False
+    )
 
 
 @ct.kernel

@@ -30,13 +30,14 @@ CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NO
 _OCCUPANCIES = sorted({s.blocks_per_sm for s in (*FWD_TILE_TABLE.values(), *BWD_TILE_TABLE.values())})
 
 
-def _variants(kernel):
+def occupancy_variants(kernel):
+    """{occupancy hint: kernel object} for every hint the tile tables use (made once, at import)."""
     return {occ: with_hints(kernel, occupancy=occ) for occ in _OCCUPANCIES}
 
 
-_FWD_TILE = _variants(K.rms_fwd_tile)
-_FWD_TILE_INFER = _variants(K.rms_fwd_tile_infer)
-_BWD_TILE = _variants(K.rms_bwd_tile)
+_FWD_TILE = occupancy_variants(K.rms_fwd_tile)
+_FWD_TILE_INFER = occupancy_variants(K.rms_fwd_tile_infer)
+_BWD_TILE = occupancy_variants(K.rms_bwd_tile)
 
 
 def casting_code(casting_mode: str, is_fp32_input: bool) -> int:

@@ -16,11 +16,15 @@ from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
 
 __all__ = [
     "SUPPORTED_DTYPES",
+    "as_rows",
     "backward",
     "check_device",
     "check_tensor",
     "forward",
+    "launch_on_device",
     "launch_target",
+    "rows_view",
+    "unit_stride",
     "validate_x_weight",
 ]
 
@@ -90,7 +94,7 @@ def launch_target(device: torch.device):
     return _raw_stream(device.index), device_info(device.index).num_sms
 
 
-def _launch(x: torch.Tensor, run, *args) -> None:
+def launch_on_device(x: torch.Tensor, run, *args) -> None:
     """``run(*args, num_sms, stream)`` on x's device and its current stream, with that device
     made current if it is not (ct.launch launches into the current context)."""
     index = x.get_device()  # -1 on the CPU (interpret mode)
@@ -107,7 +111,7 @@ def _launch(x: torch.Tensor, run, *args) -> None:
             run(*args, num_sms, stream)
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
     """Detached (M, N) view of t with unit stride along N. Rows may be padded (a row stride
     larger than N, as in a slice of a wider tensor): that is passed as it is. Any other layout
     (last-dim stride != 1, leading dims that do not merge) is copied once."""
@@ -120,7 +124,7 @@ def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
     return t2.detach() if t2.requires_grad else t2
 
 
-def _unit_stride(w):
+def unit_stride(w):
     if w is None:
         return None
     if w.requires_grad:
@@ -128,7 +132,7 @@ def _unit_stride(w):
     return w if w.is_contiguous() else w.contiguous()
 
 
-def _as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
+def as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
     """(m, n) view of a contiguous tensor (free when it is 2-D already)."""
     return t if t.dim() == 2 else t.view(m, n)
 
@@ -137,13 +141,13 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
     fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False."""
     n = x.shape[-1]
-    x2 = _rows(x, n)
+    x2 = rows_view(x, n)
     m = x2.shape[0]
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
     if m:
         r = None if rstd is None else (rstd if rstd.dim() == 1 else rstd.view(m))
-        _launch(x, run_forward, x2, _unit_stride(weight), _as_rows(y, m, n), r, eps, offset, casting, mode)
+        launch_on_device(x, run_forward, x2, unit_stride(weight), as_rows(y, m, n), r, eps, offset, casting, mode)
     return y, rstd
 
 
@@ -152,7 +156,7 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None)."""
     n = x.shape[-1]
-    x2 = _rows(x, n)
+    x2 = rows_view(x, n)
     m = x2.shape[0]
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
@@ -165,6 +169,6 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
         return x2.new_empty(shape, dtype=torch.float32)
 
     r = rstd.detach().reshape(m)
-    args = (x2, _rows(dy, n), _unit_stride(weight), r, _as_rows(dx, m, n), dw, offset, casting)
-    _launch(x, run_backward, *args, empty_f32)
+    args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
+    launch_on_device(x, run_backward, *args, empty_f32)
     return dx, dw

@@ -1,0 +1,254 @@
+"""python -m bench.fused_add: the fused residual-add RMSNorm, side by side.
+
+Providers: cutile_rms (experimental ``fused_add_rms_norm``), Liger-Kernel's
+``LigerFusedAddRMSNormFunction`` and an unfused ``x + residual`` then ``F.rms_norm``, eager
+(``torch``) and under ``torch.compile``. Streams: ``same`` (the residual has x's dtype) and
+``fp32`` (an fp32 residual stream beside bf16/fp16 activations; Liger has no such mode).
+Ops: fwd (forward that keeps what backward needs), fwd_infer, bwd (the gradients of x,
+residual and weight from those of y and residual_out). Every provider is checked against
+float64 before it is timed; timing, the copy ceiling and the CSV/summary are the main
+benchmark's (bench.timing, bench.report).
+"""
+
+import argparse
+import datetime
+import os
+import shlex
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from bench import cases as C
+from bench import timing as T
+from bench.run import DTYPES, commit
+
+EPS = 1e-6
+OPS = ("fwd", "fwd_infer", "bwd")
+STREAMS = ("same", "fp32")
+
+
+def op_bytes(op: str, m: int, n: int, dtype: str, stream: str) -> int:
+    """Fewest bytes an op must move: each input read once, each output written once.
+
+    ex = element size of x, y, dy, dx; es = of the residual, residual_out, its gradients;
+    ew = of the weight (x's dtype). When the residual has x's dtype, the gradients of x and of
+    the residual are equal and written once.
+      fwd_infer = M*N*(ex (x) + es (residual) + ex (y) + es (residual_out)) + N*ew
+      fwd       = fwd_infer + 4*M (rstd)
+      bwd       = M*N*(es (residual_out) + ex (dy) + es (d residual_out) + ex (dx)
+                  [+ es (d residual) if its dtype differs]) + 4*M (rstd) + 2*N*ew (w, dw)
+    """
+    ex = C.ELEMENT_SIZE[dtype]
+    es = 4 if stream == "fp32" else ex
+    fwd_infer = m * n * (2 * ex + 2 * es) + n * ex
+    if op == "fwd_infer":
+        return fwd_infer
+    if op == "fwd":
+        return fwd_infer + 4 * m
+    return m * n * (2 * es + 2 * ex + (es if es != ex else 0)) + 4 * m + 2 * n * ex
+
+
+def _ours(x, r, w):
+    from cutile_rms.experimental import fused_add_rms_norm
+
+    return fused_add_rms_norm(x, r, w, EPS)
+
+
+def _unfused(x, r, w):
+    s = x + r  # promotes to fp32 with an fp32 residual stream
+    return F.rms_norm(s, (s.shape[-1],), w, EPS).to(x.dtype), s
+
+
+_compiled = None
+
+
+def _unfused_compiled(x, r, w):
+    global _compiled
+    if _compiled is None:
+        torch._dynamo.config.cache_size_limit = 1024
+        torch._dynamo.config.accumulated_cache_size_limit = 4096
+        torch._functorch.config.donated_buffer = False  # backward is replayed with retain_graph
+        _compiled = torch.compile(_unfused, dynamic=False)
+    return _compiled(x, r, w)
+
+
+def _liger():
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+    def fn(x, r, w):
+        return LigerFusedAddRMSNormFunction.apply(x, r, w, EPS, 0.0, "llama", False)
+
+    return fn
+
+
+def providers(names=None, on_gpu=True):
+    """[(name, fn or None, why missing, streams it runs)]."""
+    out = [("cutile_rms", _ours, None, STREAMS), ("torch", _unfused, None, STREAMS)]
+    for name, factory, streams in (
+        ("torch_compile", lambda: _unfused_compiled, STREAMS),
+        ("liger", _liger, ("same",)),
+    ):
+        if not on_gpu:
+            out.append((name, None, "needs a CUDA GPU (this run uses the cuTile interpreter)", streams))
+            continue
+        try:
+            out.append((name, factory(), None, streams))
+        except Exception as e:
+            out.append((name, None, f"{type(e).__name__}: {e}"[:200], streams))
+    return [p for p in out if not names or p[0] in names]
+
+
+def check(fn, x, r, w, dy, ds) -> str | None:
+    """None if y, residual_out and the three gradients are within the main benchmark's
+    CHECK_RTOL (norm-wise, against float64) of the reference, else a message."""
+    xg, rg, wg = (t.detach().clone().requires_grad_() for t in (x, r, w))
+    y, s = fn(xg, rg, wg)
+    gx, gr, gw = torch.autograd.grad([y, s], [xg, rg, wg], [dy, ds])
+    sd = (x.double() + r.double()).requires_grad_()
+    wd = w.detach().double().requires_grad_()
+    yd = sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + EPS) * wd
+    gsd, gwd = torch.autograd.grad([yd, sd], [sd, wd], [dy.double(), ds.double()])
+    tol = C.CHECK_RTOL[str(x.dtype).removeprefix("torch.")]
+    pairs = {"y": (y, yd), "residual_out": (s, sd), "dx": (gx, gsd), "dresidual": (gr, gsd), "dw": (gw, gwd)}
+    errs = {k: ((a.double() - b).norm() / b.norm()).item() for k, (a, b) in pairs.items()}
+    bad = {k: v for k, v in errs.items() if not v <= tol}
+    return None if not bad else "wrong: " + ", ".join(f"{k} rel err {v:.2e} > {tol:g}" for k, v in bad.items())
+
+
+def _calls(fn, op, sets):
+    calls = []
+    for x, r, w, dy, ds in sets:
+        if op == "fwd":
+            calls.append(lambda x=x, r=r, w=w: fn(x, r, w))
+        elif op == "fwd_infer":
+
+            def f(x=x, r=r, w=w):
+                with torch.no_grad():
+                    return fn(x, r, w)
+
+            calls.append(f)
+        else:
+            y, s = fn(x, r, w)
+            calls.append(
+                lambda y=y, s=s, inp=(x, r, w), g=(dy, ds): torch.autograd.grad([y, s], inp, g, retain_graph=True)
+            )
+    return calls
+
+
+def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sha=None, device="cuda", progress=None):
+    """Yield CSV rows (bench.report.COLUMNS); the variant column holds the stream."""
+    on_gpu = device == "cuda"
+    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
+    if not on_gpu:
+        timings = tuple(t for t in timings if t == "eager")
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    sha = sha or commit()
+    provs = providers(names, on_gpu)
+    # An fp32 stream beside fp32 activations is the "same" stream.
+    work = [(d, m, n, st) for d in dtypes for st in streams for (m, n, _) in shapes if (st, d) != ("fp32", "float32")]
+    for dtype, m, n, stream in progress(work) if progress else work:
+        tdt = DTYPES[dtype]
+        sdt = torch.float32 if stream == "fp32" else tdt
+        base = dict(variant=stream, dtype=dtype, M=m, N=n, gpu=gpu, commit=sha, timestamp=stamp, label="")
+        gen = torch.Generator(device=device).manual_seed(4321 + m + n)
+
+        def rnd(shape, dt, gen=gen):
+            return torch.randn(shape, generator=gen, device=device).to(dt)
+
+        nsets = T.num_sets(op_bytes("fwd", m, n, dtype, stream))
+        sets = []
+        for _ in range(nsets):
+            w = (1.0 + 0.1 * rnd((n,), torch.float32)).to(tdt).requires_grad_()
+            sets.append((rnd((m, n), tdt).requires_grad_(), rnd((m, n), sdt).requires_grad_(), w, rnd((m, n), tdt),
+                         rnd((m, n), sdt)))  # fmt: skip
+        outs = [torch.empty_like(s[0]) for s in sets]
+        copy_calls = [lambda x=s[0], o=o: torch.neg(x.detach(), out=o) for s, o in zip(sets, outs, strict=True)]
+        copy_est = T.eager_us(copy_calls[:1], reps=3)
+        copy_us = T.graph_us(copy_calls, copy_est) if on_gpu else copy_est
+        copy_gbps = C.copy_bytes(m, n, dtype) / (copy_us * 1e-6) / 1e9
+        del outs, copy_calls
+        for name, fn, missing, runs_streams in provs:
+            row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
+            if missing or stream not in runs_streams:
+                why = missing or f"no {stream} residual stream"
+                for op in ops:
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="missing", note=why)
+                continue
+            try:
+                err = check(fn, *sets[0])
+            except Exception as e:
+                err = f"failed: {type(e).__name__}: {e}"[:300]
+            for op in ops:
+                if err:
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status=err.split(":")[0], note=err)
+                    continue
+                try:
+                    if on_gpu:
+                        with torch.cuda.stream(T.capture_stream()):
+                            calls = _calls(fn, op, sets)
+                        torch.cuda.current_stream().wait_stream(T.capture_stream())
+                    else:
+                        calls = _calls(fn, op, sets)
+                    est = T.eager_us(calls, reps=3)
+                    results = {}
+                    if "eager" in timings:
+                        results["eager"] = T.eager_us(calls, reps=7 if on_gpu else 3)
+                    if "graph" in timings:
+                        results["graph"] = T.graph_us(calls, est)
+                    nbytes = op_bytes(op, m, n, dtype, stream)
+                    for t, us in results.items():
+                        gbps = round(nbytes / (us * 1e-6) / 1e9, 1)
+                        yield dict(row, op=op, timing=t, time_us=round(us, 3), gbps=gbps, status="ok",
+                                   note=f"{nsets} input sets rotated")  # fmt: skip
+                except Exception as e:
+                    msg = f"failed: {type(e).__name__}: {e}"[:300].replace("\n", " ")
+                    for t in timings:
+                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="failed", note=msg)
+                finally:
+                    T._sync()
+        del sets
+        if on_gpu:
+            torch.cuda.empty_cache()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.fused_add", description=__doc__.splitlines()[0])
+    ap.add_argument("--set", nargs="+", default=["training"], choices=["training", "decode", "models", "cpu"])
+    ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=C.DTYPE_NAMES)
+    ap.add_argument("--stream", nargs="+", default=list(STREAMS), choices=STREAMS)
+    ap.add_argument("--op", nargs="+", default=list(OPS), choices=OPS)
+    ap.add_argument("--provider", nargs="+", default=None)
+    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
+    ap.add_argument("--out", default="bench/results/latest-fused-add")
+    ap.add_argument("--commit", default=None)
+    args = ap.parse_args(argv)
+
+    from bench.report import summary_markdown, write_csv
+    from cutile_rms import interpret
+
+    device = "cuda"
+    if not torch.cuda.is_available() or interpret.is_enabled():
+        print("python -m bench.fused_add: no GPU: running through the cuTile interpreter on the CPU (eager timings "
+              "of the interpreter, small shapes)")  # fmt: skip
+        interpret.enable()
+        device = "cpu"
+        if args.set == ["training"]:
+            args.set = ["cpu"]
+    os.makedirs(args.out, exist_ok=True)
+    shapes = [s for name in args.set for s in C.shape_set(name)]
+    csv_path = os.path.join(args.out, "results.csv")
+    rows = write_csv(csv_path, run(shapes, args.dtype, args.stream, args.op, args.provider, tuple(args.timing),
+                                   args.commit, device))  # fmt: skip
+    command = "python -m bench.fused_add " + shlex.join(argv if argv is not None else sys.argv[1:])
+    summary = summary_markdown(rows, command)
+    with open(os.path.join(args.out, "summary.md"), "w") as f:
+        f.write(summary)
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Experimental tier: the fused residual-add RMSNorm against a float64 reference.
+
+    residual_out = x + residual (fp32 sum, rounded once to residual_dtype)
+    y            = rms_norm(residual_out) * (offset + weight), in x's dtype
+
+Every output is checked: y, residual_out, and the gradients of x, residual and weight, with
+outputs NaN-poisoned where the API lets us (the in-place variant) and fresh random inputs.
+Runs on the GPU (``gpu``) and through the interpreter on the CPU (CI).
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from cutile_rms import ExperimentalKernelWarning, _launch, rms_norm
+from cutile_rms.experimental import fused_add_rms_norm, fused_add_rms_norm_
+from tests.reference import FP32_ARITH_RTOL, UNIT_ROUNDOFF, Y_ROUNDINGS, Tol, check_all
+
+pytestmark = pytest.mark.experimental
+
+EPS = 1e-6
+
+# (x dtype, residual dtype, residual_dtype argument)
+DTYPE_CASES = [
+    (torch.bfloat16, torch.bfloat16, None),
+    (torch.float16, torch.float16, None),
+    (torch.float32, torch.float32, None),
+    (torch.bfloat16, torch.float32, None),  # fp32 residual stream beside bf16 activations
+    (torch.bfloat16, torch.bfloat16, torch.float32),  # the sum kept in fp32
+]
+DTYPE_IDS = ["bf16", "fp16", "fp32", "bf16+fp32stream", "bf16->fp32sum"]
+
+
+def fused_tolerances(x_dtype, r_dtype, s_dtype, w_dtype, casting):
+    """Tolerances in the style of tests/reference.py. residual_out: one rounding of an fp32 sum
+    (the reference rounds the exact sum: at most one ulp apart). y: the rms_norm roundings of
+    residual_out's dtype, then, when y's dtype is narrower, one more rounding to it. Gradients:
+    fp32 math, one rounding to each output dtype; dw also sees xhat rounded to s's dtype
+    (llama/none casting) in every term."""
+    us, ux, ur = UNIT_ROUNDOFF[s_dtype], UNIT_ROUNDOFF[x_dtype], UNIT_ROUNDOFF[r_dtype]
+    uw = UNIT_ROUNDOFF[w_dtype] if w_dtype is not None else 0.0
+    if s_dtype == torch.float32:
+        casting = "gemma"
+    y_rounds = Y_ROUNDINGS[casting] * us + (ux if ux > us else 0.0)
+    return {
+        "y": Tol(y_rounds + FP32_ARITH_RTOL),
+        "residual_out": Tol(us + FP32_ARITH_RTOL),
+        "dx": Tol(2 * ux + FP32_ARITH_RTOL),
+        "dresidual": Tol(2 * ur + FP32_ARITH_RTOL),
+        "dw": Tol(2 * uw + (2 * us if casting != "gemma" else 0.0) + FP32_ARITH_RTOL),
+    }
+
+
+def reference(x, r, w, dy, ds, s_dtype, offset):
+    """float64: residual_out is the exact sum rounded to s_dtype (what the kernel stores); the
+    norm and all gradients are computed from it in float64; the sum's gradient passes to both
+    inputs unchanged."""
+    s = (x.double() + r.double()).to(s_dtype)
+    sd = s.double().requires_grad_()
+    wd = None if w is None else w.detach().double().requires_grad_()
+    y = sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + EPS)
+    if wd is not None:
+        y = y * (offset + wd)
+    outputs, grads_out = [y], [dy.double()]
+    if ds is not None:
+        outputs.append(sd)
+        grads_out.append(ds.double())
+    grads = torch.autograd.grad(outputs, [sd] + ([wd] if wd is not None else []), grads_out)
+    return y.detach(), s, grads[0], (grads[1] if wd is not None else None)
+
+
+def make(shape, x_dtype, r_dtype, dev, gen, has_weight=True, offset=0.0):
+    def rnd(shp, scale=1.0):
+        return (scale * torch.randn(shp, generator=gen)).to(dev)
+
+    x = rnd(shape).to(x_dtype)
+    r = rnd(shape, 2.0).to(r_dtype)
+    w = None
+    if has_weight:
+        w = (rnd(shape[-1:], 0.1) + (1.0 - offset)).to(x_dtype)
+    return x, r, w
+
+
+@pytest.mark.parametrize("shape", [(1, 123), (37, 760), (2003, 1024), (5, 20000)], ids=str)
+@pytest.mark.parametrize("x_dtype,r_dtype,s_arg", DTYPE_CASES, ids=DTYPE_IDS)
+def test_forward_and_backward(dev, shape, x_dtype, r_dtype, s_arg, gen):
+    """Odd M, non-power-of-two N, a large-N (two-pass) path; y, residual_out and all three
+    gradients, with both outputs receiving gradients."""
+    x, r, w = make(shape, x_dtype, r_dtype, dev, gen)
+    s_dtype = s_arg or r_dtype
+    x0, r0 = x.clone(), r.clone()
+    xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+    y, s = fused_add_rms_norm(xg, rg, wg, EPS, residual_dtype=s_arg)
+    assert y.dtype == x_dtype and s.dtype == s_dtype and y.is_contiguous() and s.is_contiguous()
+    dy = torch.randn(shape, generator=gen).to(dev, x_dtype)
+    ds = torch.randn(shape, generator=gen).to(dev, s_dtype)
+    torch.autograd.backward([y, s], [dy, ds])
+    ry, rs, rds, rdw = reference(x, r, w, dy, ds, s_dtype, 0.0)
+    tols = fused_tolerances(x_dtype, r_dtype, s_dtype, w.dtype, "llama")
+    check_all(
+        {"y": y, "residual_out": s, "dx": xg.grad, "dresidual": rg.grad, "dw": wg.grad},
+        {"y": ry, "residual_out": rs, "dx": rds, "dresidual": rds, "dw": rdw},
+        tols,
+    )
+    assert xg.grad.dtype == x_dtype and rg.grad.dtype == r_dtype
+    assert torch.equal(x, x0) and torch.equal(r, r0)  # inputs untouched
+
+
+@pytest.mark.parametrize(
+    "casting,offset,has_weight", [("gemma", 1.0, True), ("none", 0.0, True), ("llama", 0.0, False)], ids=str
+)
+@pytest.mark.parametrize("shape", [(33, 4096), (3, 17000)], ids=str)
+def test_variants(dev, casting, offset, has_weight, shape, gen):
+    x, r, w = make(shape, torch.bfloat16, torch.bfloat16, dev, gen, has_weight=has_weight, offset=offset)
+    xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
+    wg = None if w is None else w.clone().requires_grad_()
+    y, s = fused_add_rms_norm(xg, rg, wg, EPS, offset=offset, casting_mode=casting)
+    dy = torch.randn(shape, generator=gen).to(dev, x.dtype)
+    y.backward(dy)  # residual_out's gradient absent (the last layer)
+    ry, rs, rds, rdw = reference(x, r, w, dy, None, torch.bfloat16, offset)
+    tols = fused_tolerances(x.dtype, r.dtype, torch.bfloat16, None if w is None else w.dtype, casting)
+    out = {"y": y, "residual_out": s, "dx": xg.grad, "dresidual": rg.grad}
+    ref = {"y": ry, "residual_out": rs, "dx": rds, "dresidual": rds}
+    if w is not None:
+        out["dw"], ref["dw"] = wg.grad, rdw
+    check_all(out, ref, tols)
+
+
+def test_matches_unfused_rms_norm_bitwise(dev, gen):
+    """y is rms_norm(residual_out) exactly: the same kernels' math on the same stored sum."""
+    x, r, w = make((64, 2048), torch.bfloat16, torch.bfloat16, dev, gen)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            xg = x.clone().requires_grad_(grad)
+            y, s = fused_add_rms_norm(xg, r, w, EPS)
+            assert torch.equal(s, x + r)
+            assert torch.equal(y, rms_norm(s.detach(), w, EPS))
+
+
+@pytest.mark.parametrize("shape", [(37, 760), (5, 20000)], ids=["tile", "chunked"])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_in_place_variant(dev, shape, x_dtype, gen):
+    """residual becomes the sum, x the normalized output; nothing else is written."""
+    x, r, w = make(shape, x_dtype, x_dtype, dev, gen)
+    ref_y, ref_s = fused_add_rms_norm(x, r, w, EPS)  # out of place
+    xi, ri = x.clone(), r.clone()
+    assert fused_add_rms_norm_(xi, ri, w, EPS) is None
+    assert torch.equal(ri, ref_s) and torch.equal(xi, ref_y)
+    exact_y, exact_s, _, _ = reference(x, r, w, torch.zeros_like(x), None, x_dtype, 0.0)
+    tols = fused_tolerances(x_dtype, x_dtype, x_dtype, x_dtype, "llama")
+    check_all({"y": xi, "residual_out": ri}, {"y": exact_y, "residual_out": exact_s}, tols)
+
+
+def test_in_place_on_padded_rows_writes_only_the_rows(dev, gen):
+    """Views into wider buffers: the padding columns keep their (NaN) contents."""
+    n = 640
+    xb = torch.full((40, n + 64), float("nan"), device=dev, dtype=torch.float16)
+    rb = torch.full((40, n + 64), float("nan"), device=dev, dtype=torch.float16)
+    x, r, w = make((40, n), torch.float16, torch.float16, dev, gen)
+    xb[:, :n], rb[:, :n] = x, r
+    fused_add_rms_norm_(xb[:, :n], rb[:, :n], w, EPS)
+    ref_y, ref_s = fused_add_rms_norm(x, r, w, EPS)
+    assert torch.equal(xb[:, :n], ref_y) and torch.equal(rb[:, :n], ref_s)
+    assert torch.isnan(xb[:, n:]).all() and torch.isnan(rb[:, n:]).all()
+
+
+def test_in_place_refuses_unsafe_arguments(dev, gen):
+    x, r, w = make((16, 256), torch.bfloat16, torch.bfloat16, dev, gen)
+    buf = torch.randn(16, 384, generator=gen).to(dev, torch.bfloat16)
+    with pytest.raises(ValueError, match="overlap"):
+        fused_add_rms_norm_(buf[:, :256], buf[:, 128:], w)  # x and residual share columns
+    with pytest.raises(ValueError, match="overlap"):
+        fused_add_rms_norm_(x, x, w)
+    with pytest.raises(ValueError, match="weight overlaps"):
+        fused_add_rms_norm_(x, r, x[0])
+    with pytest.raises(ValueError, match="unit stride"):
+        fused_add_rms_norm_(x.t().contiguous().t(), r, w)
+    with pytest.raises(RuntimeError, match="inference"):
+        fused_add_rms_norm_(x.clone().requires_grad_(), r, w)
+    snapshot = buf.clone()
+    assert torch.equal(buf, snapshot)
+
+
+def test_validation(dev):
+    x = torch.randn(4, 64, device=dev)
+    with pytest.raises(ValueError, match="residual must have x's shape"):
+        fused_add_rms_norm(x, torch.randn(4, 32, device=dev))
+    with pytest.raises(TypeError, match="residual must be"):
+        fused_add_rms_norm(x, torch.ones(4, 64, device=dev, dtype=torch.int32))
+    with pytest.raises(TypeError, match="residual_dtype"):
+        fused_add_rms_norm(x, x, residual_dtype=torch.float64)
+    with pytest.raises(ValueError, match="weight must have shape"):
+        fused_add_rms_norm(x, x, torch.ones(32, device=dev))
+
+
+def test_each_kernel_warns_once(dev, gen):
+    """The first launch of each experimental kernel warns, later launches do not."""
+    x, r, w = make((8, 256), torch.float16, torch.float16, dev, gen)
+    names = [n for n in list(_launch._warned) if ".fused_add." in n]
+    for name in names:  # as in a fresh process
+        _launch._warned.discard(name)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            fused_add_rms_norm(x, r, w)
+    hits = [str(m.message) for m in rec if issubclass(m.category, ExperimentalKernelWarning)]
+    assert len(hits) == 1 and "fused_add_fwd_tile_infer" in hits[0]
+
+
+def test_output_grads_may_be_absent(dev, gen):
+    """Only residual_out used downstream: the gradient of y is absent, the sum's passes on."""
+    x, r, w = make((20, 300), torch.float32, torch.float32, dev, gen)
+    xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
+    _, s = fused_add_rms_norm(xg, rg, w)
+    g = torch.randn(s.shape, generator=gen).to(dev)
+    s.backward(g)
+    assert torch.equal(xg.grad, g) and torch.equal(rg.grad, g)
