@@ -7,10 +7,21 @@ The torch API is imported on first use, so ``import cutile_rms.cupy`` works with
 """
 
 import importlib
+import os
 
 from cutile_rms._launch import ExperimentalKernelWarning, experimental_kernel
 
 __version__ = "0.1.0"
+
+# Installed, the top-level experimental/ folder is the subpackage cutile_rms.experimental
+# (pyproject's package-dir). Run from a source checkout without installing (PYTHONPATH=.,
+# `python -m bench` in the repo root), nothing maps it: let this package's search path include
+# the checkout so that cutile_rms.experimental is found in experimental/ there too.
+_checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_checkout, "experimental", "__init__.py")) and os.path.isfile(
+    os.path.join(_checkout, "pyproject.toml")
+):
+    __path__.append(_checkout)
 
 # Public names that need torch, and the module each one lives in (imported on first access).
 _TORCH_API = {
