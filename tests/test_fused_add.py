@@ -127,15 +127,18 @@ def test_variants(dev, casting, offset, has_weight, shape, gen):
     check_all(out, ref, tols)
 
 
-def test_matches_unfused_rms_norm_bitwise(dev, gen):
-    """y is rms_norm(residual_out) exactly: the same kernels' math on the same stored sum."""
+def test_y_is_rms_norm_of_residual_out(dev, gen):
+    """residual_out is exactly x + residual rounded once, and y is rms_norm(residual_out): the
+    same helper math as the core kernel (within twice the tolerance, not bitwise: the two
+    compiled kernels may order fp32 sums differently)."""
     x, r, w = make((64, 2048), torch.bfloat16, torch.bfloat16, dev, gen)
+    tol = {"y": Tol(2 * fused_tolerances(*(torch.bfloat16,) * 4, "llama")["y"].rtol)}
     for grad in (False, True):
         with torch.set_grad_enabled(grad):
             xg = x.clone().requires_grad_(grad)
             y, s = fused_add_rms_norm(xg, r, w, EPS)
             assert torch.equal(s, x + r)
-            assert torch.equal(y, rms_norm(s.detach(), w, EPS))
+            check_all({"y": y}, {"y": rms_norm(s.detach(), w, EPS).double()}, tol)
 
 
 @pytest.mark.parametrize("shape", [(37, 760), (5, 20000)], ids=["tile", "chunked"])
@@ -146,10 +149,14 @@ def test_in_place_variant(dev, shape, x_dtype, gen):
     ref_y, ref_s = fused_add_rms_norm(x, r, w, EPS)  # out of place
     xi, ri = x.clone(), r.clone()
     assert fused_add_rms_norm_(xi, ri, w, EPS) is None
-    assert torch.equal(ri, ref_s) and torch.equal(xi, ref_y)
+    assert torch.equal(ri, ref_s)  # the sum is one correctly rounded addition in both
     exact_y, exact_s, _, _ = reference(x, r, w, torch.zeros_like(x), None, x_dtype, 0.0)
     tols = fused_tolerances(x_dtype, x_dtype, x_dtype, x_dtype, "llama")
     check_all({"y": xi, "residual_out": ri}, {"y": exact_y, "residual_out": exact_s}, tols)
+    # y against the out-of-place kernel: another compiled kernel may order its fp32 sums
+    # differently (seen on the H200: fp32, two-pass path, last-bit differences), so within
+    # twice the tolerance rather than bitwise; each side is within tol of the exact result.
+    check_all({"y": xi}, {"y": ref_y.double()}, {"y": Tol(2 * tols["y"].rtol)})
 
 
 def test_in_place_on_padded_rows_writes_only_the_rows(dev, gen):
@@ -160,8 +167,9 @@ def test_in_place_on_padded_rows_writes_only_the_rows(dev, gen):
     x, r, w = make((40, n), torch.float16, torch.float16, dev, gen)
     xb[:, :n], rb[:, :n] = x, r
     fused_add_rms_norm_(xb[:, :n], rb[:, :n], w, EPS)
-    ref_y, ref_s = fused_add_rms_norm(x, r, w, EPS)
-    assert torch.equal(xb[:, :n], ref_y) and torch.equal(rb[:, :n], ref_s)
+    exact_y, exact_s, _, _ = reference(x, r, w, torch.zeros_like(x), None, torch.float16, 0.0)
+    tols = fused_tolerances(*(torch.float16,) * 4, "llama")
+    check_all({"y": xb[:, :n], "residual_out": rb[:, :n]}, {"y": exact_y, "residual_out": exact_s}, tols)
     assert torch.isnan(xb[:, n:]).all() and torch.isnan(rb[:, n:]).all()
 
 

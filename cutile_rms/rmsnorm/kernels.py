@@ -141,13 +141,16 @@ def _fwd_chunked_rows(
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
     ADD_RESIDUAL: ct.Constant[bool],
+    SUM_FROM_OUTPUT: ct.Constant[bool],
 ):
     """Forward for rows of any length: each block takes TILE_M rows at a time and walks their
     columns in TILE_N chunks twice, once for the sum of squares and once to normalize.
 
-    The second pass re-reads x (with ADD_RESIDUAL: s from s_out, written by the first pass),
-    mostly from L2. Used by the gather mode (a block per row group) and by the persistent mode
-    when a row does not fit one tile.
+    The second pass re-reads x, mostly from L2. With ADD_RESIDUAL it recomputes s = x + r from
+    x and r (the same rounding gives the same s), or, with SUM_FROM_OUTPUT (in place, where the
+    first pass overwrote r with s), reads s back from s_out. Recomputing avoids ordering the
+    second pass's loads after the first pass's stores to the same array. Used by the gather
+    mode (a block per row group) and by the persistent mode when a row does not fit one tile.
     """
     n = x.shape[1]
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
@@ -162,10 +165,13 @@ def _fwd_chunked_rows(
             sumsq += ct.sum(xf * xf, axis=1, keepdims=True)
         rstd = ct.rsqrt(sumsq / n + eps)
         for j in range(num_chunks):
-            if ADD_RESIDUAL:
+            if SUM_FROM_OUTPUT:
                 xt = ct.load(s_out, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
             else:
                 xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+                if ADD_RESIDUAL:
+                    rt = ct.load(r, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+                    xt = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
             wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
             yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
             ct.store(y, (i, j), ct.astype(yt, y.dtype))
@@ -225,7 +231,7 @@ def rms_fwd_chunked(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Chunked forward that stores rstd (see _fwd_chunked_rows)."""
-    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False)
+    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, False)
 
 
 @ct.kernel
@@ -241,7 +247,7 @@ def rms_fwd_chunked_infer(
     HAS_WEIGHT: ct.Constant[bool],
 ):
     """Chunked forward without rstd (inference)."""
-    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False)
+    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, False)
 
 
 @ct.function

@@ -9,9 +9,9 @@ so the plain RMSNorm kernels compile exactly as before and the fused ones share 
 normalization and gradient code. Only the entry points below are new.
 
 When a row fits one tile, the forward is a single pass: x and r are read once, s is written
-once and normalized from registers. Longer rows take two passes (the second reads s back,
-mostly from L2). The backward of the sum is the identity: ds = d(rms_norm)/ds + dres goes to
-both x and r.
+once and normalized from registers. Longer rows take two passes (the second recomputes s
+from x and r, mostly from L2; the in-place variant reads s back from r). The backward of the
+sum is the identity: ds = d(rms_norm)/ds + dres goes to both x and r.
 """
 
 import cuda.tile as ct
@@ -53,7 +53,8 @@ def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_IN
 def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                           HAS_WEIGHT: C_BOOL):  # fmt: skip
     """Training forward for rows longer than one tile (two passes over column chunks)."""
-    _fwd_chunked_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True)
+    _fwd_chunked_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True,
+                      False)  # fmt: skip
 
 
 @experimental_kernel
@@ -61,7 +62,7 @@ def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_IN
 def fused_add_fwd_chunked_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                                 HAS_WEIGHT: C_BOOL):  # fmt: skip
     """Inference forward for long rows: y and s, no rstd."""
-    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True)
+    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, False)
 
 
 @experimental_kernel
@@ -70,7 +71,7 @@ def fused_add_fwd_chunked_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C
                                   HAS_WEIGHT: C_BOOL):  # fmt: skip
     """In-place inference forward for long rows: the first pass writes s into r, the second
     reads it back from r and writes y into x."""
-    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True)
+    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, True)
 
 
 @experimental_kernel
