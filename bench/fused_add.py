@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit
+from bench.run import DTYPES, commit, copy_ceiling_gbps, status_rows, timed_rows
 
 EPS = 1e-6
 OPS = ("fwd", "fwd_infer", "bwd")
@@ -162,19 +162,11 @@ def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sh
             w = (1.0 + 0.1 * rnd((n,), torch.float32)).to(tdt).requires_grad_()
             sets.append((rnd((m, n), tdt).requires_grad_(), rnd((m, n), sdt).requires_grad_(), w, rnd((m, n), tdt),
                          rnd((m, n), sdt)))  # fmt: skip
-        outs = [torch.empty_like(s[0]) for s in sets]
-        copy_calls = [lambda x=s[0], o=o: torch.neg(x.detach(), out=o) for s, o in zip(sets, outs, strict=True)]
-        copy_est = T.eager_us(copy_calls[:1], reps=3)
-        copy_us = T.graph_us(copy_calls, copy_est) if on_gpu else copy_est
-        copy_gbps = C.copy_bytes(m, n, dtype) / (copy_us * 1e-6) / 1e9
-        del outs, copy_calls
+        copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
         for name, fn, missing, runs_streams in provs:
             row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
             if missing or stream not in runs_streams:
-                why = missing or f"no {stream} residual stream"
-                for op in ops:
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="missing", note=why)
+                yield from status_rows(row, ops, timings, "missing", missing or f"no {stream} residual stream")
                 continue
             try:
                 err = check(fn, *sets[0])
@@ -182,33 +174,12 @@ def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sh
                 err = f"failed: {type(e).__name__}: {e}"[:300]
             for op in ops:
                 if err:
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status=err.split(":")[0], note=err)
+                    yield from status_rows(row, [op], timings, err.split(":")[0], err)
                     continue
-                try:
-                    if on_gpu:
-                        with torch.cuda.stream(T.capture_stream()):
-                            calls = _calls(fn, op, sets)
-                        torch.cuda.current_stream().wait_stream(T.capture_stream())
-                    else:
-                        calls = _calls(fn, op, sets)
-                    est = T.eager_us(calls, reps=3)
-                    results = {}
-                    if "eager" in timings:
-                        results["eager"] = T.eager_us(calls, reps=7 if on_gpu else 3)
-                    if "graph" in timings:
-                        results["graph"] = T.graph_us(calls, est)
-                    nbytes = op_bytes(op, m, n, dtype, stream)
-                    for t, us in results.items():
-                        gbps = round(nbytes / (us * 1e-6) / 1e9, 1)
-                        yield dict(row, op=op, timing=t, time_us=round(us, 3), gbps=gbps, status="ok",
-                                   note=f"{nsets} input sets rotated")  # fmt: skip
-                except Exception as e:
-                    msg = f"failed: {type(e).__name__}: {e}"[:300].replace("\n", " ")
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="failed", note=msg)
-                finally:
-                    T._sync()
+                build = lambda op=op, fn=fn, sets=sets: _calls(fn, op, sets)  # noqa: E731
+                nbytes = op_bytes(op, m, n, dtype, stream)
+                reps = 7 if on_gpu else 3
+                yield from timed_rows(row, op, build, timings, nbytes, f"{nsets} input sets rotated", on_gpu, reps)
         del sets
         if on_gpu:
             torch.cuda.empty_cache()

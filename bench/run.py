@@ -77,6 +77,50 @@ def make_calls(provider, op, sets, variant):
     return calls
 
 
+def copy_ceiling_gbps(xs, dtype: str, on_gpu: bool) -> float:
+    """The copy ceiling for inputs like xs: an elementwise kernel reading x and writing a tensor
+    of x's size, timed as the providers are (graph replay over the same rotated sets)."""
+    outs = [torch.empty_like(x) for x in xs]
+    calls = [lambda x=x, o=o: torch.neg(x.detach(), out=o) for x, o in zip(xs, outs, strict=True)]
+    est = T.eager_us(calls[:1], reps=3)
+    us = T.graph_us(calls, est) if on_gpu else est
+    m, n = xs[0].shape
+    return C.copy_bytes(m, n, dtype) / (us * 1e-6) / 1e9
+
+
+def status_rows(row, ops, timings, status: str, note: str):
+    """Rows for ops that were not timed (missing provider, failed check)."""
+    for op in ops:
+        for t in timings:
+            yield dict(row, op=op, timing=t, time_us="", gbps="", status=status, note=note)
+
+
+def timed_rows(row, op, build, timings, nbytes: int, note: str, on_gpu: bool, reps: int):
+    """Build an op's calls with build() (on the capture stream on a GPU: see timing.py), time
+    them, and yield one row per timing; a failure yields "failed" rows instead."""
+    try:
+        if on_gpu:
+            with torch.cuda.stream(T.capture_stream()):
+                calls = build()
+            torch.cuda.current_stream().wait_stream(T.capture_stream())
+        else:
+            calls = build()
+        est = T.eager_us(calls, reps=3)
+        results = {}
+        if "eager" in timings:
+            results["eager"] = T.eager_us(calls, reps=reps)
+        if "graph" in timings:
+            results["graph"] = T.graph_us(calls, est)
+        for t, us in results.items():
+            gbps = round(nbytes / (us * 1e-6) / 1e9, 1)
+            yield dict(row, op=op, timing=t, time_us=round(us, 3), gbps=gbps, status="ok", note=note)
+    except Exception as e:
+        msg = f"failed: {type(e).__name__}: {e}"[:300].replace("\n", " ")
+        yield from status_rows(row, [op], timings, "failed", msg)
+    finally:
+        T._sync()
+
+
 def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None,
         device="cuda"):  # fmt: skip
     """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set().
@@ -111,53 +155,23 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
             if variant == "gemma" and w is not None:
                 w = (0.1 * rnd((n,)).float()).to(tdt).requires_grad_()
             sets.append((x, w, rnd((m, n))))
-        # Copy ceiling: an elementwise kernel reading x and writing a tensor of x's size.
-        outs = [torch.empty_like(s[0]) for s in sets]
-        copy_calls = [lambda x=s[0], o=o: torch.neg(x.detach(), out=o) for s, o in zip(sets, outs, strict=False)]
-        copy_est = T.eager_us(copy_calls[:1], reps=3)
-        copy_us = T.graph_us(copy_calls, copy_est) if on_gpu else copy_est
-        copy_gbps = C.copy_bytes(m, n, dtype) / (copy_us * 1e-6) / 1e9
-        del outs, copy_calls
+        copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
         for p in providers:
             row = dict(base, provider=p.name, copy_gbps=round(copy_gbps, 1))
             if p.missing:
-                for op in ops:
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="missing", note=p.missing)
+                yield from status_rows(row, ops, timings, "missing", p.missing)
                 continue
             try:
                 err = check(p, *sets[0][:2], sets[0][2], variant)
             except Exception as e:
                 err = f"failed: {type(e).__name__}: {e}"[:300]
             for op in ops:
-                nbytes = C.op_bytes(op, m, n, dtype, has_w)
                 if err:
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status=err.split(":")[0], note=err)
+                    yield from status_rows(row, [op], timings, err.split(":")[0], err)
                     continue
-                try:
-                    if on_gpu:
-                        with torch.cuda.stream(T.capture_stream()):  # forwards of "bwd" (see timing.py)
-                            calls = make_calls(p, op, sets, variant)
-                        torch.cuda.current_stream().wait_stream(T.capture_stream())
-                    else:
-                        calls = make_calls(p, op, sets, variant)
-                    est = T.eager_us(calls, reps=3)
-                    results = {}
-                    note = f"{nsets} input sets rotated"
-                    if "eager" in timings:
-                        results["eager"] = T.eager_us(calls, reps=reps)
-                    if "graph" in timings:
-                        results["graph"] = T.graph_us(calls, est)
-                    for t, us in results.items():
-                        gbps = round(nbytes / (us * 1e-6) / 1e9, 1)
-                        yield dict(row, op=op, timing=t, time_us=round(us, 3), gbps=gbps, status="ok", note=note)
-                except Exception as e:
-                    msg = f"failed: {type(e).__name__}: {e}"[:300].replace("\n", " ")
-                    for t in timings:
-                        yield dict(row, op=op, timing=t, time_us="", gbps="", status="failed", note=msg)
-                finally:
-                    T._sync()
+                build = lambda op=op, p=p, sets=sets, variant=variant: make_calls(p, op, sets, variant)  # noqa: E731
+                nbytes = C.op_bytes(op, m, n, dtype, has_w)
+                yield from timed_rows(row, op, build, timings, nbytes, f"{nsets} input sets rotated", on_gpu, reps)
         del sets
         if on_gpu:
             torch.cuda.empty_cache()
