@@ -369,9 +369,17 @@ def load(array, index, shape, *, order="C", padding_mode=ct.PaddingMode.UNDETERM
     _c_order_only(order, "load")
     shape = _check_tile_shape("load", shape)
     src, dst = _tile_region("load", array, index, shape)
+    _require_in_bounds("load", check_bounds, dst, shape)
     out = np.full(shape, _padding_value(padding_mode, array.dtype), dtype=_np_dtype(array.dtype))
     out[dst] = array._a[src]
     return Tile(out, array.dtype)
+
+
+def _require_in_bounds(op, check_bounds, dst, shape):
+    """check_bounds=False promises a tile wholly inside the array (cuTile then skips the bounds
+    check; breaking the promise is undefined behaviour there): hold the kernel to it."""
+    if not check_bounds and np.empty(shape)[dst].shape != tuple(shape):
+        raise InterpreterError(f"ct.{op}(check_bounds=False) on a tile that extends past the array")
 
 
 def _check_widening(op, src, dst):
@@ -391,6 +399,7 @@ def store(array, index, tile, *, order="C", check_bounds=True, latency=None, all
     shape = _check_tile_shape("store", tile.shape if tile.ndim else (1,) * array.ndim)
     a = tile._a.reshape(shape)
     src, dst = _tile_region("store", array, index, shape)
+    _require_in_bounds("store", check_bounds, dst, shape)
     array._a[src] = a[dst].astype(array._a.dtype)
 
 

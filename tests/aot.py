@@ -132,11 +132,12 @@ def fused_jobs(add):
                 else:
                     rstd = [arr("float32", 1)] if flavour == "train" else []
                     arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
-                for label, kernel, tm, tn in (
-                    ("tile", tiles[s_f.blocks_per_sm], s_f.tile_m, s_f.tile_n), ("chunked", chunked, 1, C.FWD_CHUNK_N)
-                ):  # fmt: skip
-                    add(f"fused fwd {flavour} {label} x={x} s={s} w={w}", kernel,
-                        [*arrays, *common, tm, tn, casting, w is not None])  # fmt: skip
+                for check in (True, False):
+                    add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
+                        tiles[s_f.blocks_per_sm], [*arrays, *common, s_f.tile_m, s_f.tile_n, casting, w is not None,
+                                                   check])  # fmt: skip
+                add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked,
+                    [*arrays, *common, 1, C.FWD_CHUNK_N, casting, w is not None])  # fmt: skip
             for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
                 round_xhat = w is not None and casting != K.CAST_GEMMA
                 dres = arr(s, 2) if add_dres else arr(x, 2)

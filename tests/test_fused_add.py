@@ -82,7 +82,7 @@ def make(shape, x_dtype, r_dtype, dev, gen, has_weight=True, offset=0.0):
     return x, r, w
 
 
-@pytest.mark.parametrize("shape", [(1, 123), (37, 760), (2003, 1024), (5, 20000)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 123), (37, 760), (2003, 1024), (128, 2048), (5, 20000)], ids=str)
 @pytest.mark.parametrize("x_dtype,r_dtype,s_arg", DTYPE_CASES, ids=DTYPE_IDS)
 def test_forward_and_backward(dev, shape, x_dtype, r_dtype, s_arg, gen):
     """Odd M, non-power-of-two N, a large-N (two-pass) path; y, residual_out and all three

@@ -151,3 +151,16 @@ def test_cutile_agrees_on_what_is_an_error():
     compile_(K.add_runtime_float, [arr("bfloat16", 1), arr("float32", 1), F32])
     with pytest.raises(Exception, match="(?i)cast|convert|dtype|type"):
         compile_(K.add_runtime_float, [arr("bfloat16", 1), arr("bfloat16", 1), F32])
+
+
+def test_check_bounds_false_holds_the_kernel_to_its_promise():
+    """cuTile skips the bounds check when told to (undefined behaviour past the edge); the
+    interpreter copies whole tiles and raises on a tile that sticks out."""
+    src = np.arange(32, dtype=np.float32).reshape(4, 8)
+    dst = np.zeros((4, 8), np.float32)
+    launch((1,), K.copy_unchecked, (src, dst))
+    np.testing.assert_array_equal(dst, src)
+    with pytest.raises(InterpreterError, match="check_bounds=False"):
+        launch((1,), K.copy_unchecked, (src[:3], dst))
+    with pytest.raises(InterpreterError, match="check_bounds=False"):
+        launch((1,), K.copy_unchecked, (src, np.zeros((4, 7), np.float32)))
