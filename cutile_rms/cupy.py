@@ -19,12 +19,11 @@ import numpy as np
 
 from cutile_rms import interpret
 from cutile_rms._device import device_info
-from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 
 __all__ = ["rms_norm", "rms_norm_backward"]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
-_INT32_MAX = 2**31 - 1
 
 
 def _namespace(name, a):
@@ -55,21 +54,9 @@ def _validate(x, weight, eps, offset, casting_mode):
     xp = _namespace("x", x)
     device_id = None if xp is np else x.device.id
     _check("x", x, xp, device_id)
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension (the normalized one)")
-    n = x.shape[-1]
-    if n == 0:
-        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
-    if n > _INT32_MAX:
-        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
     if weight is not None:
         _check("weight", weight, xp, device_id)
-        if weight.shape != (n,):
-            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {weight.shape}")
-    elif offset != 0.0:
-        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
-    if not isinstance(eps, int | float) or not eps >= 0.0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    check_arguments(x.shape, None if weight is None else weight.shape, eps, offset)
     return xp, device_id, casting_code(casting_mode, x.dtype == np.float32)
 
 

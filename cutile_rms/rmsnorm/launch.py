@@ -21,7 +21,15 @@ from cutile_rms.rmsnorm.config import (
     plan_forward,
 )
 
-__all__ = ["CASTING_MODES", "casting_code", "launch_backward", "launch_forward", "run_backward", "run_forward"]
+__all__ = [
+    "CASTING_MODES",
+    "casting_code",
+    "check_arguments",
+    "launch_backward",
+    "launch_forward",
+    "run_backward",
+    "run_forward",
+]
 
 CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NONE}
 
@@ -48,6 +56,28 @@ def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
     except KeyError:
         raise ValueError(f"casting_mode must be one of {tuple(CASTING_MODES)}, got {casting_mode!r}") from None
     return K.CAST_GEMMA if is_fp32_input else code
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def check_arguments(x_shape, weight_shape, eps, offset) -> None:
+    """The checks every front end (torch, CuPy) shares: x's shape, weight's shape (None: no
+    weight), eps and offset. ValueError on the first violation."""
+    if len(x_shape) == 0:
+        raise ValueError("x must have at least one dimension (the normalized one)")
+    n = x_shape[-1]
+    if n == 0:
+        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
+    if n > _INT32_MAX:
+        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
+    if weight_shape is not None:
+        if tuple(weight_shape) != (n,):
+            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {tuple(weight_shape)}")
+    elif offset != 0.0:
+        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
+    if not isinstance(eps, (int, float)) or not eps >= 0.0:  # noqa: UP038 (a tuple is faster here)
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
 
 
 def forward_kernel(plan: ForwardPlan, store_rstd: bool = True):

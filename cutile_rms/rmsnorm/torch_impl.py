@@ -12,7 +12,7 @@ import torch
 
 from cutile_rms import interpret
 from cutile_rms._device import device_info
-from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -29,7 +29,6 @@ __all__ = [
 ]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_INT32_MAX = 2**31 - 1
 
 
 def check_tensor(name: str, t) -> None:
@@ -59,22 +58,9 @@ def check_device(x: torch.Tensor, **others) -> None:
 def validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
     """Checks what rms_norm's arguments must satisfy; returns the kernel's casting code."""
     check_tensor("x", x)
-    shape = x.shape
-    if not shape:
-        raise ValueError("x must have at least one dimension (the normalized one)")
-    n = shape[-1]
-    if n == 0:
-        raise ValueError("x has an empty last dimension: the RMS of zero elements is undefined")
-    if n > _INT32_MAX:
-        raise ValueError(f"the last dimension of x ({n}) exceeds 2**31 - 1")
     if weight is not None:
         check_tensor("weight", weight)
-        if weight.shape != (n,):
-            raise ValueError(f"weight must have shape ({n},) to match x's last dimension, got {tuple(weight.shape)}")
-    elif offset != 0.0:
-        raise ValueError("offset applies to the weight; it has no meaning with weight=None")
-    if not isinstance(eps, (int, float)) or not eps >= 0.0:  # noqa: UP038 (a tuple is faster here)
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    check_arguments(x.shape, None if weight is None else weight.shape, eps, offset)
     return casting_code(casting_mode, x.dtype == torch.float32)
 
 
@@ -86,25 +72,27 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
-def launch_target(device: torch.device):
-    """(stream, number of SMs) for launching on ``device``: its current stream, or, for a CPU
-    tensor in interpret mode, no stream and the interpreter's small SM count."""
-    if device.type == "cpu":
+def _target(index: int):
+    """(stream, number of SMs) for device ordinal ``index``: its current stream; for -1 (a CPU
+    tensor in interpret mode) no stream and the interpreter's small SM count."""
+    if index < 0:
         return None, interpret.INTERPRET_NUM_SMS
-    return _raw_stream(device.index), device_info(device.index).num_sms
+    return _raw_stream(index), device_info(index).num_sms
+
+
+def launch_target(device: torch.device):
+    """(stream, number of SMs) for launching on ``device`` (see _target)."""
+    return _target(-1 if device.type == "cpu" else device.index)
 
 
 def launch_on_device(x: torch.Tensor, run, *args) -> None:
     """``run(*args, num_sms, stream)`` on x's device and its current stream, with that device
     made current if it is not (ct.launch launches into the current context)."""
     index = x.get_device()  # -1 on the CPU (interpret mode)
-    if index < 0:
-        if not interpret.is_enabled():  # reached only by calling torch.ops.cutile_rms.* directly
-            raise ValueError(f"cutile_rms kernels run on CUDA tensors (or CPU ones in interpret mode), got {x.device}")
-        run(*args, interpret.INTERPRET_NUM_SMS, None)
-        return
-    stream, num_sms = _raw_stream(index), device_info(index).num_sms
-    if index == _current_device():
+    if index < 0 and not interpret.is_enabled():  # reached only by calling torch.ops.cutile_rms.* directly
+        raise ValueError(f"cutile_rms kernels run on CUDA tensors (or CPU ones in interpret mode), got {x.device}")
+    stream, num_sms = _target(index)
+    if index < 0 or index == _current_device():
         run(*args, num_sms, stream)
     else:
         with torch.cuda.device(index):
