@@ -48,7 +48,7 @@ def main(argv=None) -> int:
                 args.dtype = ["bfloat16"]
             if args.provider is None:
                 args.provider = ["cutile_rms", "torch", "torch_compile", "liger", "quack"]
-    from bench.report import summary_markdown, write_csv
+    from bench.report import write_results
     from bench.run import run
 
     try:
@@ -63,17 +63,12 @@ def main(argv=None) -> int:
                 print(f"[{i + 1}/{len(it)}] {x}", file=sys.stderr, flush=True)
                 yield x
 
-    os.makedirs(args.out, exist_ok=True)
     shapes = [s for name in args.set for s in C.shape_set(name)]
-    csv_path = os.path.join(args.out, "results.csv")
     results = run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit,
                   device)  # fmt: skip
-    rows = write_csv(csv_path, results)
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
-    summary = summary_markdown(rows, command)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(summary)
-    print(summary)
+    print(write_results(args.out, results, command)[1])
+    csv_path = os.path.join(args.out, "results.csv")
     if not args.no_plots:
         try:
             from bench.plot import plot

@@ -12,7 +12,6 @@ benchmark's (bench.timing, bench.report).
 
 import argparse
 import datetime
-import os
 import shlex
 import sys
 
@@ -21,7 +20,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit, copy_ceiling_gbps, status_rows, timed_rows
+from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, status_rows
 
 EPS = 1e-6
 OPS = ("fwd", "fwd_infer", "bwd")
@@ -168,18 +167,13 @@ def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sh
             if missing or stream not in runs_streams:
                 yield from status_rows(row, ops, timings, "missing", missing or f"no {stream} residual stream")
                 continue
-            try:
-                err = check(fn, *sets[0])
-            except Exception as e:
-                err = f"failed: {type(e).__name__}: {e}"[:300]
-            for op in ops:
-                if err:
-                    yield from status_rows(row, [op], timings, err.split(":")[0], err)
-                    continue
-                build = lambda op=op, fn=fn, sets=sets: _calls(fn, op, sets)  # noqa: E731
-                nbytes = op_bytes(op, m, n, dtype, stream)
-                reps = 7 if on_gpu else 3
-                yield from timed_rows(row, op, build, timings, nbytes, f"{nsets} input sets rotated", on_gpu, reps)
+            yield from provider_rows(
+                row, ops, timings,
+                check=lambda fn=fn, s0=sets[0]: check(fn, *s0),
+                build=lambda op, fn=fn, sets=sets: _calls(fn, op, sets),
+                nbytes=lambda op, m=m, n=n, d=dtype, st=stream: op_bytes(op, m, n, d, st),
+                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=7 if on_gpu else 3,
+            )  # fmt: skip
         del sets
         if on_gpu:
             torch.cuda.empty_cache()
@@ -197,7 +191,7 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
 
-    from bench.report import summary_markdown, write_csv
+    from bench.report import write_results
     from cutile_rms import interpret
 
     device = "cuda"
@@ -208,16 +202,10 @@ def main(argv=None) -> int:
         device = "cpu"
         if args.set == ["training"]:
             args.set = ["cpu"]
-    os.makedirs(args.out, exist_ok=True)
     shapes = [s for name in args.set for s in C.shape_set(name)]
-    csv_path = os.path.join(args.out, "results.csv")
-    rows = write_csv(csv_path, run(shapes, args.dtype, args.stream, args.op, args.provider, tuple(args.timing),
-                                   args.commit, device))  # fmt: skip
+    rows = run(shapes, args.dtype, args.stream, args.op, args.provider, tuple(args.timing), args.commit, device)
     command = "python -m bench.fused_add " + shlex.join(argv if argv is not None else sys.argv[1:])
-    summary = summary_markdown(rows, command)
-    with open(os.path.join(args.out, "summary.md"), "w") as f:
-        f.write(summary)
-    print(summary)
+    print(write_results(args.out, rows, command)[1])
     return 0
 
 

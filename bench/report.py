@@ -1,6 +1,7 @@
 """Long-format CSV and the markdown summary with cutile_rms / best-other ratios."""
 
 import csv
+import os
 from collections import defaultdict
 
 COLUMNS = ["provider", "op", "variant", "dtype", "M", "N", "timing", "time_us", "gbps", "copy_gbps",
@@ -20,6 +21,17 @@ def write_csv(path, rows):
             f.flush()
             done.append(r)
     return done
+
+
+def write_results(out_dir, rows, command: str):
+    """out_dir/results.csv (rows written as they come) and out_dir/summary.md; returns
+    (the rows as a list, the summary text)."""
+    os.makedirs(out_dir, exist_ok=True)
+    done = write_csv(os.path.join(out_dir, "results.csv"), rows)
+    summary = summary_markdown(done, command)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(summary)
+    return done, summary
 
 
 def read_csv(path):

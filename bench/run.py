@@ -121,6 +121,20 @@ def timed_rows(row, op, build, timings, nbytes: int, note: str, on_gpu: bool, re
         T._sync()
 
 
+def provider_rows(row, ops, timings, check, build, nbytes, note: str, on_gpu: bool, reps: int):
+    """Rows for one provider on one case: check() (None, or why it is wrong) first; then for
+    each op, build(op) -> calls, timed (timed_rows) and counted as nbytes(op) bytes."""
+    try:
+        err = check()
+    except Exception as e:
+        err = f"failed: {type(e).__name__}: {e}"[:300]
+    for op in ops:
+        if err:
+            yield from status_rows(row, [op], timings, err.split(":")[0], err)
+        else:
+            yield from timed_rows(row, op, lambda op=op: build(op), timings, nbytes(op), note, on_gpu, reps)
+
+
 def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None,
         device="cuda"):  # fmt: skip
     """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set().
@@ -161,17 +175,13 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
             if p.missing:
                 yield from status_rows(row, ops, timings, "missing", p.missing)
                 continue
-            try:
-                err = check(p, *sets[0][:2], sets[0][2], variant)
-            except Exception as e:
-                err = f"failed: {type(e).__name__}: {e}"[:300]
-            for op in ops:
-                if err:
-                    yield from status_rows(row, [op], timings, err.split(":")[0], err)
-                    continue
-                build = lambda op=op, p=p, sets=sets, variant=variant: make_calls(p, op, sets, variant)  # noqa: E731
-                nbytes = C.op_bytes(op, m, n, dtype, has_w)
-                yield from timed_rows(row, op, build, timings, nbytes, f"{nsets} input sets rotated", on_gpu, reps)
+            yield from provider_rows(
+                row, ops, timings,
+                check=lambda p=p, s0=sets[0], v=variant: check(p, *s0[:2], s0[2], v),
+                build=lambda op, p=p, sets=sets, v=variant: make_calls(p, op, sets, v),
+                nbytes=lambda op, m=m, n=n, d=dtype, w=has_w: C.op_bytes(op, m, n, d, w),
+                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=reps,
+            )  # fmt: skip
         del sets
         if on_gpu:
             torch.cuda.empty_cache()
