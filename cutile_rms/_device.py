@@ -3,7 +3,7 @@
 import functools
 from dataclasses import dataclass
 
-__all__ = ["DeviceInfo", "device_info", "dlpack_device_id"]
+__all__ = ["DeviceInfo", "INTERPRET_DEVICE", "device_info", "dlpack_device_id"]
 
 _DLPACK_CUDA = 2  # DLDeviceType kDLCUDA
 _DLPACK_CUDA_MANAGED = 13  # kDLCUDAManaged
@@ -14,6 +14,25 @@ class DeviceInfo:
     device_id: int
     num_sms: int
     compute_capability: tuple[int, int]
+    name: str = ""
+
+    @property
+    def arch(self) -> str:
+        """'sm_90' for compute capability 9.0 (the name of its shipped tuning table)."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}"
+
+    @property
+    def key(self) -> str | None:
+        """What tuning tables are keyed by ("sm_90:NVIDIA H200"); None for the interpreter,
+        which plans with the architecture-neutral defaults."""
+        return None if self.device_id < 0 else f"{self.arch}:{self.name}"
+
+
+# What the planners see in interpret mode (cutile_rms.interpret): a small SM count, so that
+# persistent grids stay short and each block really strides over several row tiles, as it does
+# on a GPU with more rows; no tuning key, so the architecture-neutral defaults apply.
+INTERPRET_DEVICE = DeviceInfo(-1, 4, (0, 0), "interpreter")
 
 
 @functools.lru_cache(maxsize=64)  # one entry per GPU of the machine
@@ -22,7 +41,8 @@ def device_info(device_id: int) -> DeviceInfo:
 
     dev = Device(device_id)
     cc = dev.compute_capability
-    return DeviceInfo(device_id, int(dev.properties.multiprocessor_count), (int(cc.major), int(cc.minor)))
+    sms = int(dev.properties.multiprocessor_count)
+    return DeviceInfo(device_id, sms, (int(cc.major), int(cc.minor)), str(dev.name))
 
 
 def dlpack_device_id(array) -> int:

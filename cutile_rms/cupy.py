@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from cutile_rms import interpret
-from cutile_rms._device import device_info
+from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 
 __all__ = ["rms_norm", "rms_norm_backward"]
@@ -71,16 +71,16 @@ def _unit(xp, w):
 
 
 class _Target:
-    """Stream, SM count and current device for a launch on x's device."""
+    """Stream, DeviceInfo and current device for a launch on x's device."""
 
     def __init__(self, xp, device_id):
         if xp is np:
-            self.stream, self.num_sms, self._device = None, interpret.INTERPRET_NUM_SMS, None
+            self.stream, self.info, self._device = None, INTERPRET_DEVICE, None
         else:
             self._device = xp.cuda.Device(device_id)
             with self._device:
                 self.stream = xp.cuda.get_current_stream()
-            self.num_sms = device_info(device_id).num_sms
+            self.info = device_info(device_id)
 
     def __enter__(self):
         if self._device is not None:
@@ -108,7 +108,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
         if m:
             run_forward(
-                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.num_sms, target.stream
+                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.info, target.stream
             )
     y = y.reshape(x.shape)
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
@@ -142,7 +142,7 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
 
             r = xp.ascontiguousarray(rstd.reshape(m))
             run_backward(
-                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.num_sms, target.stream
+                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream
             )
         elif dw is not None:
             dw[...] = 0  # the sum over no rows

@@ -40,6 +40,8 @@ import typing
 import cuda.tile as ct
 import numpy as np
 
+from cutile_rms._device import INTERPRET_DEVICE
+
 __all__ = [
     "INTERPRET_NUM_SMS",
     "InterpreterError",
@@ -52,9 +54,8 @@ __all__ = [
     "promote",
 ]
 
-# The SM count the planners see in interpret mode: small, so persistent grids stay short and
-# each block really strides over several row tiles, as it does on a GPU with more rows.
-INTERPRET_NUM_SMS = 4
+# The SM count the planners see in interpret mode (see _device.INTERPRET_DEVICE).
+INTERPRET_NUM_SMS = INTERPRET_DEVICE.num_sms
 
 ENV_SWITCH = "CUTILE_RMS_INTERPRET"
 _enabled = os.environ.get(ENV_SWITCH, "").strip().lower() not in ("", "0", "false", "no")

@@ -17,7 +17,6 @@ from concurrent.futures import ProcessPoolExecutor
 import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
 
-from cutile_rms.experimental.fused_add import kernels as FK
 from cutile_rms.experimental.fused_add import launch as FL
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
@@ -51,14 +50,24 @@ def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat):
             arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat]  # fmt: skip
 
 
-def _bwd_dot_params(x, w, tile_n):
+def _bwd_dot_params(x, w, tile_m, tile_n):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), F32,
-            1, tile_n, w is not None]  # fmt: skip
+            tile_m, tile_n, w is not None]  # fmt: skip
 
 
-def _bwd_chunk_params(x, w, tile_n, round_xhat):
+def _bwd_chunk_params(x, w, tile_m, tile_n, round_xhat):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), F32, 1, tile_n, w is not None, round_xhat]  # fmt: skip
+            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat]  # fmt: skip
+
+
+def _key(cfg):
+    return (cfg.kernel, cfg.tile_n, cfg.tile_m, cfg.blocks_per_sm)
+
+
+# The representative configs the flag combinations compile at (the defaults' 4096 entries).
+REP_FWD = C.DEFAULT_TABLE["forward"][4096]
+REP_BWD = C.DEFAULT_TABLE["backward"][4096]
+REP_CHUNK = C.GATHER
 
 
 def jobs():
@@ -69,42 +78,42 @@ def jobs():
         key = (id(kernel), repr(params))
         out.setdefault(key, (label, kernel, params))
 
-    def fwd_tile(shape, store):
-        return (L._FWD_TILE if store else L._FWD_TILE_INFER)[shape.blocks_per_sm]
-
-    fwd_chunked = {True: K.rms_fwd_chunked, False: K.rms_fwd_chunked_infer}
+    planned = C.planned_configs()
+    fwd_cfgs = sorted(planned["forward"], key=_key)
+    bwd_cfgs = sorted(planned["backward"], key=_key)
+    dot_cfgs = sorted(planned["backward_dot"], key=_key)
     for x in DTYPES:
-        for s, store in itertools.product(C.forward_tile_shapes(), (True, False)):
-            add(f"fwd_tile {x} {s} rstd={store}", fwd_tile(s, store),
-                _fwd_params(x, x, s.tile_m, s.tile_n, K.CAST_LLAMA, store))  # fmt: skip
-        for tn in C.forward_chunk_widths():
-            add(f"fwd_chunked {x} {tn}", K.rms_fwd_chunked, _fwd_params(x, x, 1, tn, K.CAST_LLAMA, True))
-        for s in C.backward_tile_shapes():
-            add(
-                f"bwd_tile {x} {s}",
-                L.backward_tile_kernel(s.blocks_per_sm),
-                _bwd_tile_params(x, x, s.tile_m, s.tile_n, x != "float32"),
-            )
-        add(f"bwd_row_dot {x}", K.rms_bwd_row_dot, _bwd_dot_params(x, x, C.BWD_CHUNK_N))
-        add(f"bwd_chunked {x}", K.rms_bwd_chunked, _bwd_chunk_params(x, x, C.BWD_CHUNK_N, x != "float32"))
+        for cfg, store in itertools.product(fwd_cfgs, (True, False)):
+            add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel(cfg.kernel, cfg.hints, store),
+                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store))  # fmt: skip
+        for cfg in bwd_cfgs:
+            if cfg.kernel == "tile":
+                params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32")
+            else:
+                params = _bwd_chunk_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32")
+            add(f"bwd {x} {cfg}", L.backward_kernel(cfg.kernel, cfg.hints), params)
+        for cfg in dot_cfgs:
+            add(f"bwd_row_dot {x} {cfg}", L.backward_kernel("row_dot", cfg.hints),
+                _bwd_dot_params(x, x, cfg.tile_m, cfg.tile_n))  # fmt: skip
         add(f"dw_reduce {x}", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
 
-        # Flag combinations at one representative tile per kernel.
+        # Flag combinations at one representative config per kernel.
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
-        s_f = C.forward_tile_shape(4096)
-        s_b = C.backward_tile_shape(4096)
+        f, b, ch = REP_FWD, REP_BWD, REP_CHUNK
         for w, casting, store in itertools.product(weights, _castings(x), (True, False)):
-            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", fwd_tile(s_f, store),
-                _fwd_params(x, w, s_f.tile_m, s_f.tile_n, casting, store))  # fmt: skip
-            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}", fwd_chunked[store],
-                _fwd_params(x, w, 1, C.FWD_CHUNK_N, casting, store))  # fmt: skip
+            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", L.forward_kernel("tile", f.hints, store),
+                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
+            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
+                L.forward_kernel("chunked", ch.hints, store),
+                _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
         for w in weights:
             for round_xhat in (False,) if w is None or x == "float32" else (False, True):
-                add(f"bwd_tile {x} w={w} round={round_xhat}", L.backward_tile_kernel(s_b.blocks_per_sm),
-                    _bwd_tile_params(x, w, s_b.tile_m, s_b.tile_n, round_xhat))  # fmt: skip
-                add(f"bwd_chunked {x} w={w} round={round_xhat}", K.rms_bwd_chunked,
-                    _bwd_chunk_params(x, w, C.BWD_CHUNK_N, round_xhat))  # fmt: skip
-            add(f"bwd_row_dot {x} w={w}", K.rms_bwd_row_dot, _bwd_dot_params(x, w, C.BWD_CHUNK_N))
+                add(f"bwd_tile {x} w={w} round={round_xhat}", L.backward_kernel("tile", b.hints),
+                    _bwd_tile_params(x, w, b.tile_m, b.tile_n, round_xhat))  # fmt: skip
+                add(f"bwd_chunked {x} w={w} round={round_xhat}", L.backward_kernel("chunked", ch.hints),
+                    _bwd_chunk_params(x, w, ch.tile_m, ch.tile_n, round_xhat))  # fmt: skip
+            add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
+                _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
             if w is not None:
                 add(
                     f"dw_reduce {x} w={w}",
@@ -118,7 +127,7 @@ def jobs():
 def fused_jobs(add):
     """The experimental fused residual-add kernels: every flavour and flag at one tile shape,
     for same-dtype residual streams and an fp32 stream beside bf16 activations."""
-    s_f, s_b = C.forward_tile_shape(4096), C.backward_tile_shape(4096)
+    s_f, s_b, ch = REP_FWD, REP_BWD, REP_CHUNK
     for x, s in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32")):
         casting = K.CAST_GEMMA if s == "float32" else K.CAST_LLAMA
         for w in (x, None):
@@ -134,22 +143,23 @@ def fused_jobs(add):
                     arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
                 for check in (True, False):
                     add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
-                        tiles[s_f.blocks_per_sm], [*arrays, *common, s_f.tile_m, s_f.tile_n, casting, w is not None,
+                        tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, casting, w is not None,
                                                    check])  # fmt: skip
-                add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked,
-                    [*arrays, *common, 1, C.FWD_CHUNK_N, casting, w is not None])  # fmt: skip
+                add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked[ch.hints],
+                    [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None])  # fmt: skip
             for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
                 round_xhat = w is not None and casting != K.CAST_GEMMA
                 dres = arr(s, 2) if add_dres else arr(x, 2)
                 dr = arr(s, 2) if two else arr(x, 2)
                 part = arr("float32", 2) if w else arr(s, 2)
                 flags = [w is not None, round_xhat, add_dres, two]
-                add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.blocks_per_sm],
+                add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.hints],
                     [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr(x, 2), dr, part, F32, s_b.tile_m,
                      s_b.tile_n, *flags])  # fmt: skip
-                add(f"fused bwd chunked x={x} s={s} w={w} dres={add_dres} two={two}", FK.fused_add_bwd_chunked,
+                add(f"fused bwd chunked x={x} s={s} w={w} dres={add_dres} two={two}",
+                    FL._BWD_CHUNKED[ch.hints],
                     [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr("float32", 1), arr(x, 2), dr, part, F32,
-                     1, C.BWD_CHUNK_N, *flags])  # fmt: skip
+                     ch.tile_m, ch.tile_n, *flags])  # fmt: skip
 
 
 def _compile_one(args):

@@ -1,8 +1,14 @@
-"""CPU tier: mode and tile selection."""
+"""CPU tier: kernel and tile selection, tuning tables and the per-device cache."""
+
+import json
 
 import pytest
 
+from cutile_rms.rmsnorm import autotune as A
 from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import tables as T
+
+H200 = "sm_90:NVIDIA H200"
 
 
 def _pow2(v):
@@ -11,30 +17,32 @@ def _pow2(v):
 
 @pytest.mark.parametrize("n", [1, 15, 16, 123, 512, 760, 1024, 4096, 5120, 7168, 16384])
 @pytest.mark.parametrize("m", [1, 7, 2003, 1 << 20])
-def test_auto_mode_is_persistent_single_tile_when_row_fits(m, n):
+def test_default_forward_is_persistent_single_tile_when_row_fits(m, n):
     p = C.plan_forward(m, n, 132)
     assert (p.mode, p.kernel) == ("persistent", "tile")
     assert p.tile_n >= n and _pow2(p.tile_n) and _pow2(p.tile_m)
     assert p.tile_n < 2 * max(n, 16)  # the smallest power of two that holds the row
     assert 1 <= p.grid <= min(-(-m // p.tile_m), 132 * p.occupancy)
-    assert p.tile_m * p.tile_n <= C.FWD_SHORT_ROW_TILE_ELEMS * 2
+    assert p.tile_m * p.tile_n <= C.SHORT_ROW_TILE_ELEMS["forward"] * 2
 
 
 @pytest.mark.parametrize("n", [16385, 65536, 262144, 1_000_003])
-def test_auto_mode_is_gather_for_long_rows(n):
+def test_default_forward_walks_chunks_for_long_rows(n):
     p = C.plan_forward(100, n, 132)
-    assert (p.mode, p.kernel, p.tile_m) == ("gather", "chunked", 1)
-    assert p.tile_n == C.FWD_CHUNK_N and p.grid == 100
+    assert (p.mode, p.kernel) == ("gather", "chunked")
+    cfg = C.DEFAULT_TABLE["forward"][C.bucket(n)]
+    assert (p.tile_m, p.tile_n, p.occupancy) == (cfg.tile_m, cfg.tile_n, cfg.blocks_per_sm)
+    assert p.grid == 100  # one row tile per block: fewer rows than blocks
 
 
 @pytest.mark.parametrize("n", [64, 4096, 16384, 65536])
 def test_forced_modes(n):
     g = C.plan_forward(10_000, n, 132, "gather")
     assert (g.mode, g.kernel, g.tile_m) == ("gather", "chunked", 1)
-    assert g.grid == 132 * C.GATHER_BLOCKS_PER_SM
+    assert g.grid == 132 * C.GATHER.blocks_per_sm and g.tile_n == min(C.GATHER.tile_n, max(16, n))
     p = C.plan_forward(10_000, n, 132, "persistent")
     assert p.mode == "persistent"
-    assert p.kernel == ("tile" if n <= C.FWD_MAX_TILE_N else "chunked")
+    assert p.kernel == C.DEFAULT_TABLE["forward"][C.bucket(n)].kernel
 
 
 def test_unknown_mode():
@@ -42,12 +50,21 @@ def test_unknown_mode():
         C.plan_forward(4, 4, 132, "fast")
 
 
+@pytest.mark.parametrize("m,tile_m", [(1, 1), (32, 1), (500, 2), (132 * 8, 8), (132 * 32, 32), (10**6, 32)])
+def test_few_rows_spread_over_every_sm(m, tile_m):
+    """The 512 bucket's 32-row tile shrinks until the row tiles cover the SMs (FILL_SMS)."""
+    assert C.DEFAULT_TABLE["forward"][512].tile_m == 32
+    p = C.plan_forward(m, 512, 132)
+    assert p.tile_m == tile_m
+    assert p.grid == min(-(-m // tile_m), 132 * p.occupancy)
+
+
 @pytest.mark.parametrize("n", [1, 100, 512, 4096, 8192])
 def test_backward_single_tile(n):
     p = C.plan_backward(5000, n, 132)
     assert p.kernel == "tile" and not p.needs_row_dot
     assert p.tile_n >= n and _pow2(p.tile_n) and _pow2(p.tile_m)
-    assert 1 <= p.partial_rows <= 132 * p.occupancy
+    assert 1 <= p.partial_rows <= 132 * p.hints[0]
     assert p.num_chunks == 1
 
 
@@ -59,19 +76,132 @@ def test_backward_chunked(m, n):
     assert p.num_chunks * p.tile_n >= n > (p.num_chunks - 1) * p.tile_n
     assert 1 <= p.partial_rows <= m
     # The 2-D grid stays near the persistent budget unless one row group alone exceeds it.
-    assert p.partial_rows * p.num_chunks <= max(132 * C.BWD_CHUNKED_BLOCKS_PER_SM, p.num_chunks)
+    assert p.partial_rows * p.num_chunks <= max(132 * p.hints[0], p.num_chunks)
+    assert p.dot_tile_n >= 16 and 1 <= p.dot_grid <= m
 
 
-def test_tables_are_consistent():
-    for table in (C.FWD_TILE_TABLE, C.BWD_TILE_TABLE):
-        for tile_n, s in table.items():
-            assert s.tile_n == tile_n and _pow2(s.tile_m) and _pow2(s.tile_n) and s.blocks_per_sm >= 1
-    assert max(C.FWD_TILE_TABLE) == C.FWD_MAX_TILE_N
-    assert max(C.BWD_TILE_TABLE) == C.BWD_MAX_TILE_N
-    assert C.forward_tile_shapes()[-1].tile_n == C.FWD_MAX_TILE_N
+def test_default_tables_are_consistent():
+    for op, table in C.DEFAULT_TABLE.items():
+        assert sorted(table) == [1 << k for k in range(9, C.LARGEST_BUCKET.bit_length())], op
+        for b, cfg in table.items():
+            if cfg.kernel == "tile":
+                assert cfg.tile_n == b
+            else:
+                assert cfg.tile_n <= b
+        assert table[C.LARGEST_BUCKET].kernel == "chunked"  # rows beyond the last bucket walk chunks
+
+
+@pytest.mark.parametrize(
+    "bad", [("wide", 1, 512, 1), ("tile", 3, 512, 1), ("tile", 1, 500, 1), ("tile", 1, 512, 3), ("tile", 1, 512, 1, 6)]
+)
+def test_kernel_config_validates(bad):
+    with pytest.raises(ValueError):
+        C.KernelConfig(*bad)
 
 
 def test_plans_are_frozen():
     p = C.plan_forward(10, 10, 132)
     with pytest.raises(AttributeError):
         p.grid = 3
+
+
+# ------------------------------------------------------------------------------------------
+# Tables: shipped sm_90 table, per-device cache, lookup order
+
+
+def test_shipped_sm90_table_covers_every_bucket_and_size():
+    table = T.checked_in("sm_90")
+    for op in ("forward", "backward"):
+        for es in (2, 4):
+            for b in C.DEFAULT_TABLE[op]:
+                assert (op, es, b) in table, (op, es, b)
+                cfg = C.KernelConfig(*table[op, es, b])  # validates
+                assert cfg.tile_n == b if cfg.kernel == "tile" else cfg.tile_n < b
+    assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
+
+
+def test_h200_plans_come_from_the_shipped_table():
+    for es in (2, 4):
+        for n in (512, 4096, 65536):
+            entry = T.checked_in("sm_90")["forward", es, C.bucket(n)]
+            p = C.plan_forward(1 << 20, n, 132, elem_size=es, device_key=H200)
+            assert (p.kernel, p.tile_m, p.tile_n, p.occupancy, p.warps) == entry
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(T, "_device_tables", {})
+    C.clear_plan_caches()
+    yield tmp_path
+    C.clear_plan_caches()
+
+
+def _entry(op, es, b, cfg):
+    return {"op": op, "elem_size": es, "bucket": b, "kernel": cfg.kernel, "tile_m": cfg.tile_m,
+            "tile_n": cfg.tile_n, "blocks_per_sm": cfg.blocks_per_sm, "warps": cfg.warps, "us": 1.0}  # fmt: skip
+
+
+def test_device_cache_takes_precedence_and_persists(cache_dir):
+    mine = C.tile(2, 4096, 8)
+    path = T.record(H200, "NVIDIA H200", [_entry("forward", 2, 4096, mine)], made_by="test")
+    assert path.parent == cache_dir and path.exists()
+    C.clear_plan_caches()
+    p = C.plan_forward(1 << 20, 4000, 132, elem_size=2, device_key=H200)
+    assert (p.kernel, p.tile_m, p.tile_n, p.occupancy) == ("tile", 2, 4096, 8)
+    # Other sizes and other GPUs of the same architecture still use the shipped table.
+    assert (
+        C.plan_forward(1 << 20, 4000, 132, elem_size=4, device_key=H200).tile_m
+        == T.checked_in("sm_90")["forward", 4, 4096][1]
+    )
+    assert T.lookup("forward", 2, 4096, "sm_90:NVIDIA H100") == T.checked_in("sm_90")["forward", 2, 4096]
+    # A fresh process (empty memory) reads the same entry back from disk.
+    T._device_tables.clear()
+    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None)
+    # Merging keeps earlier entries.
+    T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
+    doc = json.loads(path.read_text())
+    assert {(e["op"], e["bucket"]) for e in doc["entries"]} == {("forward", 4096), ("backward", 512)}
+
+
+def test_damaged_cache_warns_and_falls_back(cache_dir):
+    T.cache_path(H200).write_text("{not json")
+    with pytest.warns(UserWarning, match="ignoring unreadable tuning table"):
+        entry = T.lookup("forward", 2, 4096, H200)
+    assert entry == T.checked_in("sm_90")["forward", 2, 4096]
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="format"):
+        T.parse({"format": 99, "entries": []}, "x")
+
+
+def test_interpreter_and_unknown_arch_use_defaults(cache_dir):
+    assert T.lookup("forward", 2, 4096, None) is None
+    assert T.lookup("forward", 2, 4096, "sm_75:Some GPU") is None
+    p = C.plan_forward(1 << 20, 4096, 132, device_key="sm_75:Some GPU")
+    d = C.DEFAULT_TABLE["forward"][4096]
+    assert (p.tile_m, p.occupancy) == (d.tile_m, d.blocks_per_sm)
+
+
+# ------------------------------------------------------------------------------------------
+# Search space
+
+
+@pytest.mark.parametrize("n", [100, 512, 4096, 7168, 32768, 65536, 200_000])
+def test_search_space_is_valid(n):
+    fwd, bwd, dot = A.forward_candidates(n), A.backward_candidates(n), A.row_dot_candidates(n)
+    for cfg in (*fwd, *bwd, *dot):
+        assert cfg.tile_m * cfg.tile_n <= A.MAX_TILE_ELEMS or cfg.tile_m == 1
+    tiles = [c for c in fwd if c.kernel == "tile"]
+    assert all(c.tile_n == C.next_pow2(max(n, 16)) for c in tiles)
+    assert bool(tiles) == (C.next_pow2(n) <= A.MAX_ROW_TILE_N["forward"])
+    assert all(c.tile_n < C.next_pow2(n) for c in fwd if c.kernel == "chunked")
+    assert len(set(fwd)) == len(fwd) and dot
+
+
+def test_planned_configs_include_every_table_entry():
+    planned = C.planned_configs()
+    for (op, _, _), entry in T.checked_in("sm_90").items():
+        assert C.KernelConfig(*entry) in planned[op]
+    assert C.GATHER in planned["forward"]

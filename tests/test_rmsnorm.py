@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm_forward
-from cutile_rms.rmsnorm.config import FWD_MAX_TILE_N, plan_backward, plan_forward
-from cutile_rms.rmsnorm.launch import casting_code, launch_backward, launch_forward
+from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm.config import kernel_config, plan_forward
+from cutile_rms.rmsnorm.launch import backward_plan, casting_code, forward_plan, launch_backward, launch_forward
 from cutile_rms.rmsnorm.torch_impl import launch_target
 from tests.reference import Tol, check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
@@ -28,19 +29,21 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, num_sms=None):
-    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
+def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=None):
+    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned,
+    planned for x's device (or for ``info``, a DeviceInfo), or run with ``plans`` (forward
+    plan, backward plan) when given."""
     dev = x.device
     m, n = x.shape
-    stream, dev_sms = launch_target(dev)
-    num_sms = num_sms or dev_sms
+    stream, dev_info = launch_target(dev)
+    info = info or dev_info
     code = casting_code(casting, x.dtype == torch.float32)
 
     y = nan_like((m, n), x.dtype, dev)
     rstd = nan_like((m,), torch.float32, dev)
-    launch_forward(plan_forward(m, n, num_sms, mode), x, w, y, rstd, eps, offset, code, stream)
+    fplan, plan = plans or (forward_plan(x, mode, info), backward_plan(x, info))
+    launch_forward(fplan, x, w, y, rstd, eps, offset, code, stream)
 
-    plan = plan_backward(m, n, num_sms)
     dx = nan_like((m, n), x.dtype, dev)
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
     partial = None if w is None else nan_like((plan.partial_rows, n), torch.float32, dev)
@@ -50,10 +53,10 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, num_sms=None):
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
 
-def check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None):
+def check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None, plans=None):
     x, dy, w = make_inputs(shape, dtype, dev, w_dtype=w_dtype, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0, w0 = x.clone(), dy.clone(), (None if w is None else w.clone())
-    out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset)
+    out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset, plans=plans)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
     tols = tolerances(dtype, None if w is None else w.dtype, casting)
     check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tols)
@@ -107,7 +110,30 @@ def test_mixed_weight_dtype(dev, mode, casting, dtype, w_dtype, gen):
 def test_forced_modes_take_their_paths(mode, n):
     plan = plan_forward(64, n, 132, mode)
     assert plan.mode == mode
-    assert plan.kernel == ("tile" if mode == "persistent" and n <= FWD_MAX_TILE_N else "chunked")
+    # gather always walks column chunks; persistent takes the table's kernel for the row
+    # (the defaults: one tile up to 16384, chunked above).
+    assert plan.kernel == ("chunked" if mode == "gather" or n > 16384 else "tile")
+    assert kernel_config("forward", n, 2, None).kernel == ("tile" if n <= 16384 else "chunked")
+
+
+# Every kind of config a tuning table may hold, with several rows per tile where the defaults
+# have one, and explicit worker warps: (forward, backward, row-dot). Rows (301) and columns (1000) divide none of the tiles.
+CONFIG_KINDS = [
+    (C.tile(4, 1024, 2, 8), C.tile(2, 1024, 4, 8), C.chunked(1, 1024, 1)),
+    (C.chunked(2, 256, 2), C.chunked(2, 256, 1), C.chunked(4, 128, 2)),
+    (C.chunked(4, 512, 8, 4), C.chunked(4, 128, 2, 8), C.chunked(2, 512, 1, 8)),
+]
+
+
+@pytest.mark.parametrize("cfgs", CONFIG_KINDS, ids=["tile", "chunked-2rows", "chunked-4rows"])
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tunable_configs(dev, dtype, has_weight, offset, cfgs, gen):
+    m, n = 301, 1000
+    sms = launch_target(torch.device(dev))[1].num_sms
+    fcfg, bcfg, dot = cfgs
+    plans = (C.forward_plan_from(fcfg, m, sms, "persistent"), C.backward_plan_from(bcfg, dot, m, n, sms))
+    check_variant(dev, (m, n), dtype, None, "llama", has_weight, offset, gen, plans=plans)
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,12 +275,12 @@ def test_validation_on_gpu():
 @pytest.mark.parametrize("casting", CASTINGS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_interpreter_matches_gpu(dtype, casting, shape, mode, gen):
-    """Both run with the GPU's SM count, so they plan the same grids and dW partitions."""
+    """Both plan for the GPU, so they run the same tiles, grids and dW partitions."""
     x, dy, w = make_inputs(shape, dtype, "cpu", offset=1.0, generator=gen)
-    num_sms = launch_target(x.cuda().device)[1]
-    gpu = run_poisoned(x.cuda(), dy.cuda(), w.cuda(), mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
+    info = launch_target(x.cuda().device)[1]
+    gpu = run_poisoned(x.cuda(), dy.cuda(), w.cuda(), mode=mode, casting=casting, offset=1.0, info=info)
     with interpret.interpreting():
-        cpu = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=1.0, num_sms=num_sms)
+        cpu = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=1.0, info=info)
     # Each side is within tol of the exact result, so they are within 2 * tol of each other
     # (seen: one fp16 element one ulp apart, where the GPU's and NumPy's fp32 rsqrt differ in
     # the last bit and the final rounding falls on either side).

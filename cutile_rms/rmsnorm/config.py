@@ -1,150 +1,228 @@
-"""Mode and tile selection for the RMSNorm kernels: every heuristic lives here.
+"""Kernel and tile selection for the RMSNorm kernels: every heuristic lives here.
 
-Planning is pure Python (no GPU, no framework): given the problem size and the number of SMs
-it returns a frozen plan that the launchers execute. Tests call these functions directly.
+Planning is pure Python (no GPU, no framework): given the problem size, the element size and
+the GPU it returns a frozen plan that the launchers execute. Tests call these functions
+directly.
 
-Where the numbers come from: the first sweep of a plain static-persistent forward and
-persistent backward on the H200 (rows per tile x blocks per SM, bf16, CUDA-graph timing),
-recorded in shared/reference/cutile-facts.md ("A first map of the knobs"). Entries marked
-"interpolated" were not measured; the benchmark (bench/) is where they get re-measured, and
-bench/NOTES.md records each change.
+Where the configs come from, in the order a plan looks them up (cutile_rms.rmsnorm.tables):
+
+1. the per-device tuning cache, written by ``cutile_rms.tune`` (only when a user ran it);
+2. the checked-in table for the GPU architecture (``tuned/sm_90.json``: measured on an H200 by
+   ``python -m cutile_rms.tune --table``);
+3. the architecture-neutral defaults below (any other GPU, and the CPU interpreter).
+
+A table maps (op, element size, row bucket) to a :class:`KernelConfig`. The row bucket is the
+row length rounded up to a power of two, from 512 up to ``LARGEST_BUCKET``; shorter rows use
+the 512 bucket's kernel with more rows per tile, longer ones the largest bucket's (chunked).
 """
 
 import functools
 from dataclasses import dataclass
 
+from cutile_rms.rmsnorm import tables
+
 __all__ = [
     "BackwardPlan",
     "ForwardPlan",
+    "KernelConfig",
     "MODES",
-    "TileShape",
+    "OCCUPANCIES",
     "plan_backward",
     "plan_forward",
 ]
 
 MODES = ("persistent", "gather")
+KERNELS = ("tile", "chunked")
+
+# Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
+# compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
+# Each (occupancy, warps) pair is one kernel object (cutile_rms.rmsnorm.launch): these two sets
+# bound them, and are what the tuner searches.
+OCCUPANCIES = (1, 2, 4, 8)
+WARPS = (None, 4, 8)
 
 
 @dataclass(frozen=True)
-class TileShape:
-    """Rows per tile, columns per tile (both powers of two), and blocks launched per SM."""
+class KernelConfig:
+    """One tuning-table entry.
 
+    kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
+    chunks of tile_n, tile_m rows at a time. blocks_per_sm sets the grid (SMs x blocks_per_sm,
+    trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
+    num_worker_warps hint (None: the compiler's choice).
+    """
+
+    kernel: str
     tile_m: int
     tile_n: int
     blocks_per_sm: int
+    warps: int | None = None
 
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        for name in ("tile_m", "tile_n"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise ValueError(f"{name} must be a power of two, got {v}")
+        if self.blocks_per_sm not in OCCUPANCIES:
+            raise ValueError(f"blocks_per_sm must be one of {OCCUPANCIES}, got {self.blocks_per_sm}")
+        if self.warps not in WARPS:
+            raise ValueError(f"warps must be one of {WARPS}, got {self.warps}")
+
+    @property
+    def hints(self) -> tuple:
+        return (self.blocks_per_sm, self.warps)
+
+
+def tile(tile_m, tile_n, blocks_per_sm, warps=None):
+    return KernelConfig("tile", tile_m, tile_n, blocks_per_sm, warps)
+
+
+def chunked(tile_m, tile_n, blocks_per_sm, warps=None):
+    return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps)
+
+
+SMALLEST_BUCKET = 512
+LARGEST_BUCKET = 65536  # longer rows reuse this bucket's (chunked) config
+
+# Rows shorter than SMALLEST_BUCKET: as many rows per tile as fit this many elements, at most
+# MAX_TILE_M (131072 x 512 peaked with 32 x 512 = 16384 elements in the first sweep).
+SHORT_ROW_TILE_ELEMS = {"forward": 16384, "backward": 4096}
+MAX_TILE_M = 128
 
 # ---------------------------------------------------------------------------------------------
-# Forward
+# Architecture-neutral defaults: the first H200 sweep (shared/reference/cutile-facts.md, bf16,
+# "A first map of the knobs"); entries marked "interpolated" were not measured. The tuned sm_90
+# table replaces them on Hopper; they remain what other GPUs and the interpreter get.
 
-# Longest row the persistent forward holds in one tile. The sweep ran 4096 x 16384 bf16 as one
-# (1, 16384) tile at 3773 GB/s (88% of the copy ceiling); longer rows take the chunked path.
-FWD_MAX_TILE_N = 16384
-
-# Elements per tile for short rows (tile_n < 512): 131072 x 512 peaked with 32 x 512 = 16384.
-FWD_SHORT_ROW_TILE_ELEMS = 16384
-FWD_MAX_TILE_M = 128
-
-# Persistent single-tile forward, by tile_n (the row length rounded up to a power of two).
-FWD_TILE_TABLE = {
-    512: TileShape(32, 512, 1),  # measured: 131072 x 512, best of TM 1..32 x occupancy 1..8: 3645 GB/s
-    1024: TileShape(32, 1024, 8),  # measured: 65536 x 1024: 3882 GB/s
-    2048: TileShape(4, 2048, 4),  # interpolated between 1024 and 4096
-    4096: TileShape(1, 4096, 4),  # measured: 16384 x 4096: 3883 GB/s
-    8192: TileShape(1, 8192, 2),  # interpolated between 4096 and 16384
-    16384: TileShape(1, 16384, 1),  # measured: 4096 x 16384: 3773 GB/s
+DEFAULT_TABLE = {
+    "forward": {
+        512: tile(32, 512, 1),  # measured: 131072 x 512, best of TM 1..32 x occupancy 1..8: 3645 GB/s
+        1024: tile(32, 1024, 8),  # measured: 65536 x 1024: 3882 GB/s
+        2048: tile(4, 2048, 4),  # interpolated between 1024 and 4096
+        4096: tile(1, 4096, 4),  # measured: 16384 x 4096: 3883 GB/s
+        8192: tile(1, 8192, 2),  # interpolated between 4096 and 16384
+        16384: tile(1, 16384, 1),  # measured: 4096 x 16384: 3773 GB/s
+        32768: chunked(1, 4096, 2),  # first benchmark (bench/NOTES.md): 50% of the copy ceiling
+        65536: chunked(1, 4096, 2),
+    },
+    "backward": {
+        512: tile(8, 512, 2),  # measured: 131072 x 512: 3432 GB/s
+        1024: tile(4, 1024, 2),  # measured: 65536 x 1024: 3390 GB/s
+        2048: tile(2, 2048, 2),  # interpolated
+        4096: tile(2, 4096, 2),  # measured: 16384 x 4096: 3670 GB/s
+        8192: tile(1, 8192, 2),  # interpolated
+        # A (1, 16384) fp32 dW accumulator per block ran at 1582 GB/s (37%): chunked above 8192.
+        16384: chunked(1, 4096, 2),
+        32768: chunked(1, 4096, 2),
+        65536: chunked(1, 4096, 2),
+    },
+    # The chunked backward's first kernel (c = mean(wdy * xhat) per row).
+    "backward_dot": {b: chunked(1, min(b, 4096), 4) for b in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)},
 }
 
-# Chunked forward (gather mode, or persistent with rows longer than FWD_MAX_TILE_N): one row per
-# block-iteration, columns in chunks of this size; the second pass re-reads the row from L2.
-# Not yet measured: 4096 elements is the chunk the single-tile sweep liked best per row.
-FWD_CHUNK_N = 4096
-GATHER_BLOCKS_PER_SM = 4  # grid = min(rows, SMs x 4); not yet measured
-CHUNKED_PERSISTENT_BLOCKS_PER_SM = 2  # not yet measured
+# Forced gather mode ("a block per row group, looping over column chunks"): fixed, not tuned.
+GATHER = chunked(1, 4096, 4)
+
+# A tile may not hold so many rows that fewer row tiles than SMs are left: with few rows (decode,
+# M <= a few hundred) every SM should get a row tile rather than one block walking several.
+FILL_SMS = True
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def bucket(n: int) -> int:
+    """The table bucket of a row of n elements."""
+    return min(max(SMALLEST_BUCKET, next_pow2(n)), LARGEST_BUCKET)
+
+
+def kernel_config(op: str, n: int, elem_size: int, device_key: str | None) -> KernelConfig:
+    """The config for rows of n elements: the table entry of n's bucket (see the module
+    docstring for the lookup order), adapted to rows shorter than the smallest bucket."""
+    b = bucket(n)
+    found = tables.lookup(op, elem_size, b, device_key)
+    cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
+    if cfg.kernel == "tile" and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
+        tile_n = max(16, next_pow2(n))
+        tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tile_n))
+        return tile(tile_m, tile_n, cfg.blocks_per_sm, cfg.warps)
+    if cfg.kernel == "chunked" and cfg.tile_n > next_pow2(n):  # a chunk wider than the row
+        return chunked(cfg.tile_m, max(16, next_pow2(n)), cfg.blocks_per_sm, cfg.warps)
+    return cfg
+
+
+def fill_sms(tile_m: int, m: int, num_sms: int) -> int:
+    """tile_m, lowered (by powers of two) until the row tiles cover every SM when m allows."""
+    if not FILL_SMS or m >= tile_m * num_sms:
+        return tile_m
+    return min(tile_m, _prev_pow2(max(1, m // num_sms)))
+
+
+def grid_size(m: int, tile_m: int, blocks_per_sm: int, num_sms: int) -> int:
+    """Persistent grid: SMs x blocks per SM, trimmed to the number of row tiles."""
+    return max(1, min(-(-m // tile_m), num_sms * blocks_per_sm))
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward
+
+
 @dataclass(frozen=True)
 class ForwardPlan:
     """What the forward launcher runs: kernel ("tile" or "chunked"), tile shape, 1-D grid, and
-    the kernel's occupancy hint (None: the compiler's default)."""
+    the kernel's compiler hints (occupancy, worker warps)."""
 
     mode: str
     kernel: str
     tile_m: int
     tile_n: int
     grid: int
-    occupancy: int | None
+    occupancy: int
+    warps: int | None = None
+
+    @property
+    def hints(self) -> tuple:
+        return (self.occupancy, self.warps)
 
 
-def _short_row_shape(tile_n: int, elems: int, blocks_per_sm: int) -> TileShape:
-    return TileShape(max(1, min(FWD_MAX_TILE_M, elems // tile_n)), tile_n, blocks_per_sm)
-
-
-def _table_shape(n: int, table: dict, short_row_elems: int) -> TileShape:
-    """The table's tile for a row of n elements; rows shorter than 512 take as many rows per
-    tile as fit short_row_elems, at the 512 entry's blocks per SM."""
-    tile_n = max(16, next_pow2(n))
-    if tile_n < 512:
-        return _short_row_shape(tile_n, short_row_elems, table[512].blocks_per_sm)
-    return table[tile_n]
-
-
-def forward_tile_shape(n: int) -> TileShape:
-    """Tile for the single-tile persistent forward (requires n <= FWD_MAX_TILE_N)."""
-    return _table_shape(n, FWD_TILE_TABLE, FWD_SHORT_ROW_TILE_ELEMS)
+def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str) -> ForwardPlan:
+    tile_m = fill_sms(cfg.tile_m, m, num_sms)
+    grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
+    return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps)
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_forward(m: int, n: int, num_sms: int, mode: str | None = None) -> ForwardPlan:
-    """Choose the forward kernel, tile and grid for an (m, n) input on a GPU with num_sms SMs.
+def plan_forward(
+    m: int, n: int, num_sms: int, mode: str | None = None, *, elem_size: int = 2, device_key: str | None = None
+) -> ForwardPlan:
+    """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
+    on a GPU with num_sms SMs (device_key: see tables.lookup; None: defaults only).
 
-    mode=None picks persistent whenever a row fits one tile and gather otherwise; a forced
-    mode is always honoured (persistent falls back to its chunked path for long rows).
+    mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
+    table's chunked config); "gather" always takes the fixed GATHER config.
     """
-    if mode is None:
-        mode = "persistent" if n <= FWD_MAX_TILE_N else "gather"
-    if mode not in MODES:
+    if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
-    if mode == "persistent" and n <= FWD_MAX_TILE_N:
-        shape = forward_tile_shape(n)
-        kernel = "tile"
-        occupancy = shape.blocks_per_sm
-    else:
-        tile_n = min(max(16, next_pow2(n)), FWD_CHUNK_N)
-        per_sm = GATHER_BLOCKS_PER_SM if mode == "gather" else CHUNKED_PERSISTENT_BLOCKS_PER_SM
-        shape = TileShape(1, tile_n, per_sm)
-        kernel = "chunked"
-        occupancy = None
-    row_tiles = -(-m // shape.tile_m)
-    grid = max(1, min(row_tiles, num_sms * shape.blocks_per_sm))
-    return ForwardPlan(mode, kernel, shape.tile_m, shape.tile_n, grid, occupancy)
+    if mode == "gather":
+        cfg = chunked(1, min(GATHER.tile_n, max(16, next_pow2(n))), GATHER.blocks_per_sm)
+        return forward_plan_from(cfg, m, num_sms, mode)
+    cfg = kernel_config("forward", n, elem_size, device_key)
+    if mode is None:
+        mode = "persistent" if cfg.kernel == "tile" else "gather"
+    return forward_plan_from(cfg, m, num_sms, mode)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward
 
-# Longest row the persistent backward holds in one tile. The sweep's (1, 16384) fp32 dW
-# accumulator per block ran 4096 x 16384 at only 1582 GB/s (37% of the ceiling), so rows over
-# 8192 take the chunked two-kernel path instead.
-BWD_MAX_TILE_N = 8192
-BWD_SHORT_ROW_TILE_ELEMS = 4096  # 131072 x 512 peaked at 8 x 512 rows per tile
-
-BWD_TILE_TABLE = {
-    512: TileShape(8, 512, 2),  # measured: 131072 x 512: 3432 GB/s
-    1024: TileShape(4, 1024, 2),  # measured: 65536 x 1024: 3390 GB/s
-    2048: TileShape(2, 2048, 2),  # interpolated
-    4096: TileShape(2, 4096, 2),  # measured: 16384 x 4096: 3670 GB/s
-    8192: TileShape(1, 8192, 2),  # interpolated
-}
-
-BWD_CHUNK_N = 4096  # column chunk of the chunked backward; not yet measured
-BWD_CHUNKED_BLOCKS_PER_SM = 2  # (row groups x chunks) launched per SM; not yet measured
-
-# dW reduction: a (grid x N) fp32 partial buffer summed over its rows.
+# dW reduction: a (partial_rows x N) fp32 buffer summed over its rows.
 REDUCE_TILE_G = 32
 REDUCE_TILE_N = 256
 REDUCE_BLOCKS_PER_SM = 4
@@ -154,10 +232,11 @@ REDUCE_BLOCKS_PER_SM = 4
 class BackwardPlan:
     """What the backward launcher runs.
 
-    kernel "tile": one persistent kernel (grid = (partial_rows,)) with occupancy hint
-    `occupancy`.
-    kernel "chunked": a row-dot kernel (grid = (dot_grid,)) that writes c per row into an
-    (m,) fp32 workspace, then a 2-D kernel over (partial_rows, num_chunks).
+    kernel "tile": one persistent kernel (grid = (partial_rows,)) with compiler hints
+    `hints` (occupancy, warps).
+    kernel "chunked": a row-dot kernel (grid = (dot_grid,), tile dot_tile_m x dot_tile_n,
+    hints dot_hints) that writes c per row into an (m,) fp32 workspace, then a 2-D kernel over
+    (partial_rows, num_chunks).
     Either way dW partials land in a (partial_rows, n) fp32 workspace, reduced by dw_reduce
     on reduce_grid blocks.
     """
@@ -167,50 +246,68 @@ class BackwardPlan:
     tile_n: int
     partial_rows: int
     num_chunks: int
-    dot_grid: int
+    hints: tuple
     reduce_grid: int
-    occupancy: int | None
+    dot_tile_m: int = 1
+    dot_tile_n: int = 0
+    dot_grid: int = 0
+    dot_hints: tuple = (1, None)
 
     @property
     def needs_row_dot(self) -> bool:
         return self.kernel == "chunked"
 
 
-def backward_tile_shape(n: int) -> TileShape:
-    """Tile for the single-tile persistent backward (requires n <= BWD_MAX_TILE_N)."""
-    return _table_shape(n, BWD_TILE_TABLE, BWD_SHORT_ROW_TILE_ELEMS)
+def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tuple[int, int]:
+    """(row groups, column chunks) of the chunked backward's 2-D grid: about SMs x blocks per
+    SM blocks in all, never more row groups than row tiles."""
+    num_chunks = -(-n // cfg.tile_n)
+    row_tiles = -(-m // cfg.tile_m)
+    return max(1, min(row_tiles, (num_sms * cfg.blocks_per_sm) // num_chunks)), num_chunks
+
+
+def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num_sms: int) -> BackwardPlan:
+    """The backward plan of a config (and, for a chunked one, the row-dot kernel's config)."""
+    reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), num_sms * REDUCE_BLOCKS_PER_SM))
+    if cfg.kernel == "tile":
+        tile_m = fill_sms(cfg.tile_m, m, num_sms)
+        grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
+        return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid)
+    groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
+    dot_m = fill_sms(dot.tile_m, m, num_sms)
+    dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)
+    return BackwardPlan(
+        "chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, reduce_grid,
+        dot_m, dot.tile_n, dot_grid, dot.hints,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_backward(m: int, n: int, num_sms: int) -> BackwardPlan:
+def plan_backward(m: int, n: int, num_sms: int, *, elem_size: int = 2, device_key: str | None = None) -> BackwardPlan:
     """Choose the backward kernels, tiles and grids for an (m, n) problem."""
-    reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), num_sms * REDUCE_BLOCKS_PER_SM))
-    if n <= BWD_MAX_TILE_N:
-        shape = backward_tile_shape(n)
-        row_tiles = -(-m // shape.tile_m)
-        grid = max(1, min(row_tiles, num_sms * shape.blocks_per_sm))
-        return BackwardPlan("tile", shape.tile_m, shape.tile_n, grid, 1, 0, reduce_grid, shape.blocks_per_sm)
-    tile_n = BWD_CHUNK_N
-    num_chunks = -(-n // tile_n)
-    row_tiles = m  # tile_m = 1
-    row_groups = max(1, min(row_tiles, (num_sms * BWD_CHUNKED_BLOCKS_PER_SM) // num_chunks))
-    dot_grid = max(1, min(row_tiles, num_sms * GATHER_BLOCKS_PER_SM))
-    return BackwardPlan("chunked", 1, tile_n, row_groups, num_chunks, dot_grid, reduce_grid, None)
+    cfg = kernel_config("backward", n, elem_size, device_key)
+    dot = kernel_config("backward_dot", n, elem_size, device_key)
+    return backward_plan_from(cfg, dot, m, n, num_sms)
 
 
-def forward_tile_shapes() -> list[TileShape]:
-    """Every tile shape the single-tile forward can be planned with (for the AOT check)."""
-    return sorted({forward_tile_shape(1 << k) for k in range(4, FWD_MAX_TILE_N.bit_length())}, key=_key)
+def clear_plan_caches() -> None:
+    """Forget cached plans (after a tuning table changed)."""
+    plan_forward.cache_clear()
+    plan_backward.cache_clear()
 
 
-def forward_chunk_widths() -> list[int]:
-    """Every column chunk the chunked forward can be planned with."""
-    return [1 << k for k in range(4, FWD_CHUNK_N.bit_length())]
-
-
-def backward_tile_shapes() -> list[TileShape]:
-    return sorted({backward_tile_shape(1 << k) for k in range(4, BWD_MAX_TILE_N.bit_length())}, key=_key)
-
-
-def _key(s: TileShape):
-    return (s.tile_n, s.tile_m, s.blocks_per_sm)
+def planned_configs() -> dict[str, set]:
+    """Every KernelConfig a plan can take from the defaults and the checked-in tables, by op
+    (for the ahead-of-time compile check). Short rows add their narrower tiles."""
+    out = {op: set(t.values()) for op, t in DEFAULT_TABLE.items()}
+    for op, entry in tables.checked_in_configs():
+        out[op].add(KernelConfig(*entry))
+    for op in SHORT_ROW_TILE_ELEMS:
+        for cfg in list(out[op]):
+            if cfg.kernel == "tile" and cfg.tile_n == SMALLEST_BUCKET:
+                for k in range(4, SMALLEST_BUCKET.bit_length() - 1):
+                    tn = 1 << k
+                    tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
+                    out[op].add(tile(tm, tn, cfg.blocks_per_sm, cfg.warps))
+    out["forward"].add(GATHER)
+    return out

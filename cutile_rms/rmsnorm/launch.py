@@ -8,13 +8,15 @@ Absent optional arrays (no weight, no rstd to store, no dW workspace) are replac
 a placeholder: the kernels' compile-time flags remove every access to them.
 """
 
+import threading
+
 from cutile_rms._launch import launch, with_hints
 from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm.config import (
-    BWD_TILE_TABLE,
-    FWD_TILE_TABLE,
+    OCCUPANCIES,
     REDUCE_TILE_G,
     REDUCE_TILE_N,
+    WARPS,
     BackwardPlan,
     ForwardPlan,
     plan_backward,
@@ -33,19 +35,42 @@ __all__ = [
 
 CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NONE}
 
-# One kernel object per occupancy hint the configs use, made once at import (each
-# replace_hints() object has its own JIT cache). The hint equals the tile's blocks per SM.
-_OCCUPANCIES = sorted({s.blocks_per_sm for s in (*FWD_TILE_TABLE.values(), *BWD_TILE_TABLE.values())})
+
+class HintVariants:
+    """One kernel's objects by compiler hints: ``variants[occupancy, warps]``. Each object is
+    made on first use and kept (each replace_hints() object has its own JIT cache); the keys
+    are bounded by config.OCCUPANCIES x config.WARPS."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self._made = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, hints: tuple):
+        k = self._made.get(hints)
+        if k is None:
+            occupancy, warps = hints
+            if occupancy not in OCCUPANCIES or warps not in WARPS:
+                raise KeyError(f"hints {hints} outside occupancy {OCCUPANCIES} x warps {WARPS}")
+            with self._lock:
+                k = self._made.get(hints)
+                if k is None:
+                    k = self._made[hints] = with_hints(self.kernel, occupancy=occupancy, num_worker_warps=warps)
+        return k
 
 
-def occupancy_variants(kernel):
-    """{occupancy hint: kernel object} for every hint the tile tables use (made once, at import)."""
-    return {occ: with_hints(kernel, occupancy=occ) for occ in _OCCUPANCIES}
-
-
-_FWD_TILE = occupancy_variants(K.rms_fwd_tile)
-_FWD_TILE_INFER = occupancy_variants(K.rms_fwd_tile_infer)
-_BWD_TILE = occupancy_variants(K.rms_bwd_tile)
+# (kind, store rstd) -> variants
+_FORWARD = {
+    ("tile", True): HintVariants(K.rms_fwd_tile),
+    ("tile", False): HintVariants(K.rms_fwd_tile_infer),
+    ("chunked", True): HintVariants(K.rms_fwd_chunked),
+    ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
+}
+_BACKWARD = {
+    "tile": HintVariants(K.rms_bwd_tile),
+    "chunked": HintVariants(K.rms_bwd_chunked),
+    "row_dot": HintVariants(K.rms_bwd_row_dot),
+}
 
 
 def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
@@ -80,15 +105,15 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
 
 
-def forward_kernel(plan: ForwardPlan, store_rstd: bool = True):
-    """The kernel object a forward plan launches (with or without the rstd store)."""
-    if plan.kernel == "tile":
-        return (_FWD_TILE if store_rstd else _FWD_TILE_INFER)[plan.occupancy]
-    return K.rms_fwd_chunked if store_rstd else K.rms_fwd_chunked_infer
+def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
+    """The forward kernel object of a kind ("tile" or "chunked") and hints (occupancy, warps),
+    with or without the rstd store."""
+    return _FORWARD[kind, store_rstd][hints]
 
 
-def backward_tile_kernel(occupancy: int):
-    return _BWD_TILE[occupancy]
+def backward_kernel(kind: str, hints: tuple):
+    """The backward kernel object of a kind ("tile", "chunked" or "row_dot") and hints."""
+    return _BACKWARD[kind][hints]
 
 
 def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream):
@@ -103,7 +128,7 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
         args = (x, w, y, float(eps), float(offset), *consts)
     else:
         args = (x, w, y, rstd, float(eps), float(offset), *consts)
-    launch(stream, (plan.grid,), forward_kernel(plan, rstd is not None), args)
+    launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
 
 
 def launch_backward(
@@ -131,30 +156,41 @@ def launch_backward(
     partial = dw_partial if has_weight else x
     round_xhat = has_weight and casting != K.CAST_GEMMA
     if plan.kernel == "tile":
-        kernel = _BWD_TILE[plan.occupancy]
+        kernel = _BACKWARD["tile"][plan.hints]
         args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
         launch(stream, (plan.partial_rows,), kernel, args)
     else:
-        dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.tile_m, plan.tile_n, has_weight)
-        launch(stream, (plan.dot_grid,), K.rms_bwd_row_dot, dot_args)
+        dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
+        launch(stream, (plan.dot_grid,), _BACKWARD["row_dot"][plan.dot_hints], dot_args)
         args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
-        launch(stream, (plan.partial_rows, plan.num_chunks), K.rms_bwd_chunked, args)
+        launch(stream, (plan.partial_rows, plan.num_chunks), _BACKWARD["chunked"][plan.hints], args)
     if has_weight:
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
-def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, num_sms: int, stream):
-    """Plan and launch the forward for (m, n) arrays x and y (m > 0); see :func:`launch_forward`."""
+def forward_plan(x, mode, device) -> ForwardPlan:
+    """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
-    launch_forward(plan_forward(m, n, num_sms, mode), x, weight, y, rstd, eps, offset, casting, stream)
+    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=device.key)
 
 
-def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, num_sms: int, stream):
-    """Plan the backward for (m, n) arrays (m > 0), allocate its fp32 workspaces with
-    ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
+def backward_plan(x, device) -> BackwardPlan:
+    m, n = x.shape
+    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=device.key)
+
+
+def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream):
+    """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
+    _device.DeviceInfo); see :func:`launch_forward`."""
+    launch_forward(forward_plan(x, mode, device), x, weight, y, rstd, eps, offset, casting, stream)
+
+
+def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream):
+    """Plan the backward for (m, n) arrays (m > 0) on a device, allocate its fp32 workspaces
+    with ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
     :func:`launch_backward`."""
     m, n = x.shape
-    plan = plan_backward(m, n, num_sms)
+    plan = backward_plan(x, device)
     dw_partial = None if weight is None else empty_f32((plan.partial_rows, n))
     row_dot = empty_f32((m,)) if plan.needs_row_dot else None
     launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream)

@@ -11,7 +11,7 @@ handle 0.1 us; a ``view`` costs 2 us and is skipped when x is already 2-D).
 import torch
 
 from cutile_rms import interpret
-from cutile_rms._device import device_info
+from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 
 __all__ = [
@@ -73,30 +73,33 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 
 
 def _target(index: int):
-    """(stream, number of SMs) for device ordinal ``index``: its current stream; for -1 (a CPU
-    tensor in interpret mode) no stream and the interpreter's small SM count."""
+    """(stream, DeviceInfo) for device ordinal ``index``: its current stream; for -1 (a CPU
+    tensor in interpret mode) no stream and the interpreter's pseudo-device."""
     if index < 0:
-        return None, interpret.INTERPRET_NUM_SMS
-    return _raw_stream(index), device_info(index).num_sms
+        return None, INTERPRET_DEVICE
+    return _raw_stream(index), device_info(index)
 
 
 def launch_target(device: torch.device):
-    """(stream, number of SMs) for launching on ``device`` (see _target)."""
-    return _target(-1 if device.type == "cpu" else device.index)
+    """(stream, DeviceInfo) for launching on ``device`` (see _target); a CUDA device without
+    an index means the current one."""
+    if device.type == "cpu":
+        return _target(-1)
+    return _target(_current_device() if device.index is None else device.index)
 
 
 def launch_on_device(x: torch.Tensor, run, *args) -> None:
-    """``run(*args, num_sms, stream)`` on x's device and its current stream, with that device
-    made current if it is not (ct.launch launches into the current context)."""
+    """``run(*args, device_info, stream)`` on x's device and its current stream, with that
+    device made current if it is not (ct.launch launches into the current context)."""
     index = x.get_device()  # -1 on the CPU (interpret mode)
     if index < 0 and not interpret.is_enabled():  # reached only by calling torch.ops.cutile_rms.* directly
         raise ValueError(f"cutile_rms kernels run on CUDA tensors (or CPU ones in interpret mode), got {x.device}")
-    stream, num_sms = _target(index)
+    stream, info = _target(index)
     if index < 0 or index == _current_device():
-        run(*args, num_sms, stream)
+        run(*args, info, stream)
     else:
         with torch.cuda.device(index):
-            run(*args, num_sms, stream)
+            run(*args, info, stream)
 
 
 def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:

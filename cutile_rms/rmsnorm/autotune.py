@@ -1,0 +1,195 @@
+"""Autotuning: time every candidate config of a row bucket with ``cuda.tile.tune``.
+
+Framework-free, like the launchers: the caller passes arrays (inputs with the shape to tune
+for, outputs it may overwrite) and the stream; nothing here allocates except through the
+caller's ``empty_f32``. Inputs are only read. ``cutile_rms.tune`` is the torch front end that
+allocates the arrays, records the winners in the per-device cache and writes tables.
+
+What is searched (named so the search space reads as one table):
+
+- forward: one tile per row (``tile``) with tile_m rows, and the chunked kernel with
+  tile_m rows x tile_n-column chunks; each at every occupancy hint;
+- backward: the same two kinds; the chunked one runs the row-dot kernel first, so its time is
+  its own plus the best row-dot config's, which is recorded as ``backward_dot``.
+
+exhaustive_search flushes L2 before every sample and samples each candidate until its mean is
+known within 1% (or 0.5 us); candidates that fail to compile or launch are skipped.
+"""
+
+from dataclasses import dataclass
+
+import cuda.tile as ct
+
+from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import launch as L
+
+__all__ = ["Result", "backward_candidates", "forward_candidates", "row_dot_candidates", "tune_backward", "tune_forward"]
+
+TILE_M_CHOICES = (1, 2, 4, 8, 16, 32, 64)
+# Largest tile (tile_m x tile_n elements) searched for the one-tile kernels. The first sweep
+# (cutile-facts.md) found nothing better above 32 x 512 = 16384 elements, forward or backward.
+MAX_TILE_ELEMS = 16384
+# Rows of one tile are searched up to these lengths (tile_m = 1 only above MAX_TILE_ELEMS): a
+# (1, 32768) forward tile keeps a long row on chip for a single pass over memory; the backward
+# holds x, dy and the dW accumulator, so it stops at half that. (Twice these did not finish
+# compiling within minutes on the H200 host.)
+MAX_ROW_TILE_N = {"forward": 32768, "backward": 16384}
+CHUNK_CHOICES = (1024, 2048, 4096, 8192, 16384)
+CHUNK_TILE_M_CHOICES = (1, 2, 4)
+CHUNK_OCCUPANCIES = (1, 2, 4)
+# Worker warps: the compiler's choice, or 8 (num_worker_warps; its documentation names large
+# normalization tiles as the case where more warps relieve register pressure). Only tiles of at
+# least this many elements try 8: smaller ones hold few registers per thread anyway.
+WARPS_CHOICES = (None, 8)
+MIN_TILE_ELEMS_FOR_WARPS = 4096
+
+
+@dataclass(frozen=True)
+class Result:
+    """The winner of one search: op ("forward", "backward" or "backward_dot"), the row bucket,
+    element size, config, its mean time in us, the M it was timed at, and how many candidates
+    were timed / failed."""
+
+    op: str
+    bucket: int
+    elem_size: int
+    config: C.KernelConfig
+    us: float
+    m: int
+    timed: int
+    failed: int
+
+    def entry(self) -> dict:
+        """The tuning-table entry (tables.py format)."""
+        c = self.config
+        return {
+            "op": self.op, "elem_size": self.elem_size, "bucket": self.bucket, "kernel": c.kernel,
+            "tile_m": c.tile_m, "tile_n": c.tile_n, "blocks_per_sm": c.blocks_per_sm, "warps": c.warps,
+            "us": round(self.us, 2), "m": self.m,
+        }  # fmt: skip
+
+
+def _tile_candidates(op: str, n: int) -> list:
+    tile_n = max(16, C.next_pow2(n))
+    if tile_n > MAX_ROW_TILE_N[op]:
+        return []
+    out = []
+    for tm in TILE_M_CHOICES:
+        if tm == 1 or tm * tile_n <= MAX_TILE_ELEMS:
+            out += [C.tile(tm, tile_n, occ, w) for occ in C.OCCUPANCIES for w in _warps(tm * tile_n)]
+    return out
+
+
+def _warps(tile_elems: int):
+    return WARPS_CHOICES if tile_elems >= MIN_TILE_ELEMS_FOR_WARPS else (None,)
+
+
+def _chunked_candidates(n: int) -> list:
+    """Chunks narrower than the row (a chunk as wide as the row is the one-tile kernel's job)."""
+    out = []
+    for chunk in CHUNK_CHOICES:
+        if chunk < C.next_pow2(n):
+            for tm in CHUNK_TILE_M_CHOICES:
+                if tm * chunk <= MAX_TILE_ELEMS:
+                    out += [C.chunked(tm, chunk, occ, w) for occ in CHUNK_OCCUPANCIES for w in _warps(tm * chunk)]
+    return out
+
+
+def forward_candidates(n: int) -> list:
+    return _tile_candidates("forward", n) + _chunked_candidates(n)
+
+
+def backward_candidates(n: int) -> list:
+    return _tile_candidates("backward", n) + _chunked_candidates(n)
+
+
+def row_dot_candidates(n: int) -> list:
+    return _chunked_candidates(n) or [C.chunked(1, max(16, C.next_pow2(n)), 1)]
+
+
+def _search(configs, stream, grid_fn, kernel_fn, args_fn):
+    """{config: mean us} of every candidate that ran, and the number that failed."""
+    res = ct.tune.exhaustive_search(list(configs), stream, grid_fn, kernel_fn, args_fn, quiet=True)
+    return {m.config: m.mean_us for m in res.successes}, len(res.failures)
+
+
+def _best(times: dict):
+    cfg = min(times, key=times.get)
+    return cfg, times[cfg]
+
+
+def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates=None) -> Result:
+    """Search the forward configs for x's row length (rstd stored: the training forward; the
+    inference forward shares the winner). Overwrites y and rstd."""
+    m, n = x.shape
+    num_sms = device.num_sms
+    has_weight = w is not None
+    w = w if has_weight else x
+
+    def plan(cfg):
+        return C.forward_plan_from(cfg, m, num_sms, "persistent")
+
+    def args(cfg):
+        p = plan(cfg)
+        return (x, w, y, rstd, float(eps), float(offset), p.tile_m, p.tile_n, casting, has_weight)
+
+    times, failed = _search(
+        candidates or forward_candidates(n), stream, lambda cfg: (plan(cfg).grid,),
+        lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args,
+    )  # fmt: skip
+    cfg, us = _best(times)
+    return Result("forward", C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed)
+
+
+def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream, candidates=None) -> list:
+    """Search the backward configs for x's row length; returns the "backward" winner and, when
+    chunked candidates ran, the best "backward_dot" config. Overwrites dx. The dW reduction
+    is not timed (its cost depends only on the grid, a few % of the whole)."""
+    m, n = x.shape
+    num_sms = device.num_sms
+    has_weight = w is not None
+    w = w if has_weight else x
+    round_xhat = has_weight and casting != L.K.CAST_GEMMA
+    candidates = candidates or backward_candidates(n)
+    partial = empty_f32((num_sms * max(C.OCCUPANCIES), n)) if has_weight else x
+    row_dot = empty_f32((m,))
+    elem = x.dtype.itemsize
+    results = []
+
+    def plan(cfg):  # a row-dot config plans as a forward one does: same rows per tile and grid
+        return C.backward_plan_from(cfg, cfg, m, n, num_sms)
+
+    def tile_args(cfg):
+        return (x, dy, w, rstd, dx, partial, float(offset), plan(cfg).tile_m, cfg.tile_n, has_weight, round_xhat)
+
+    def dot_args(cfg):
+        return (x, dy, w, rstd, row_dot, float(offset), plan(cfg).dot_tile_m, cfg.tile_n, has_weight)
+
+    def chunk_args(cfg):
+        return (x, dy, w, rstd, row_dot, dx, partial, float(offset), cfg.tile_m, cfg.tile_n, has_weight, round_xhat)
+
+    times, failed = {}, 0
+    tiles = [c for c in candidates if c.kernel == "tile"]
+    if tiles:
+        t, failed = _search(
+            tiles, stream, lambda cfg: (plan(cfg).partial_rows,),
+            lambda cfg: L.backward_kernel("tile", cfg.hints), tile_args,
+        )  # fmt: skip
+        times.update(t)
+    chunks = [c for c in candidates if c.kernel == "chunked"]
+    if chunks:
+        dot_times, f = _search(
+            row_dot_candidates(n), stream, lambda cfg: (plan(cfg).dot_grid,),
+            lambda cfg: L.backward_kernel("row_dot", cfg.hints), dot_args,
+        )  # fmt: skip
+        dot_cfg, dot_us = _best(dot_times)
+        results.append(Result("backward_dot", C.bucket(n), elem, dot_cfg, dot_us, m, len(dot_times), f))
+        t, f2 = _search(
+            chunks, stream, lambda cfg: (plan(cfg).partial_rows, plan(cfg).num_chunks),
+            lambda cfg: L.backward_kernel("chunked", cfg.hints), chunk_args,
+        )  # fmt: skip
+        times.update({cfg: us + dot_us for cfg, us in t.items()})
+        failed += f + f2
+    cfg, us = _best(times)
+    results.insert(0, Result("backward", C.bucket(n), elem, cfg, us, m, len(times), failed))
+    return results
