@@ -74,7 +74,8 @@ def tune(shapes, dtype=torch.bfloat16, device=None, *, ops=OPS, save=True, made_
     :class:`cutile_rms.rmsnorm.autotune.Result`.
 
     One search covers the row bucket of n (n rounded up to a power of two) for the dtype's
-    element size; m only sets the size timed (take one beyond the L2 cache, as in training).
+    element size, and one of two row classes: m <= config.FEW_ROWS (decode-sized problems) or
+    more (take an m whose input is beyond the L2 cache, as in training).
     """
     device = _current() if device is None else torch.device(device)
     if device.type != "cuda":
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m cutile_rms.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=DEFAULT_N, help="row lengths (default: every bucket)")
     p.add_argument("--elems", type=int, default=DEFAULT_ELEMS, help="m = elems // n (default 64 Mi)")
+    p.add_argument("--m", type=int, help="rows, instead of elems // n (m <= 1024 fills the few-rows entries)")
     p.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"], choices=["bfloat16", "float16", "float32"])
     p.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     p.add_argument("--table", help="also write the winners as a standalone table to this path")
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
         print("cutile_rms.tune: no CUDA GPU found; tuning times kernels on a GPU.")
         return 2
     made_by = "python -m cutile_rms.tune " + " ".join(sys.argv[1:] if argv is None else argv)
-    jobs = [(max(1, args.elems // n), n, d, tuple(args.ops)) for d in args.dtype for n in args.n]
+    jobs = [(args.m or max(1, args.elems // n), n, d, tuple(args.ops)) for d in args.dtype for n in args.n]
     if args.compile_workers > 0:
         import multiprocessing
 

@@ -205,3 +205,18 @@ def test_planned_configs_include_every_table_entry():
     for (op, _, _), entry in T.checked_in("sm_90").items():
         assert C.KernelConfig(*entry) in planned[op]
     assert C.GATHER in planned["forward"]
+
+
+def test_few_rows_have_their_own_entries(cache_dir):
+    """Decode-sized problems (m <= FEW_ROWS) take the "_few" entry of their bucket where a
+    table has one, and the bulk entry otherwise."""
+    bulk, few = C.tile(4, 4096, 8), C.tile(1, 4096, 2)
+    T.record(H200, "NVIDIA H200", [_entry("forward", 2, 4096, bulk), _entry("forward_few", 2, 4096, few)], "test")
+    C.clear_plan_caches()
+    p_few = C.plan_forward(C.FEW_ROWS, 4096, 132, elem_size=2, device_key=H200)
+    p_bulk = C.plan_forward(C.FEW_ROWS + 1, 4096, 132, elem_size=2, device_key=H200)
+    assert (p_few.tile_m, p_few.occupancy) == (1, 2)
+    assert p_bulk.occupancy == 8
+    assert C.table_op("backward", 1) == "backward_few" and C.table_op("backward", None) == "backward"
+    # No "_few" entry for fp32: few rows fall back to the bulk entries.
+    assert C.kernel_config("forward", 4096, 4, H200, m=8) == C.kernel_config("forward", 4096, 4, H200, m=10**6)

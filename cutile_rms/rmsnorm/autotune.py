@@ -46,7 +46,8 @@ MIN_TILE_ELEMS_FOR_WARPS = 4096
 
 @dataclass(frozen=True)
 class Result:
-    """The winner of one search: op ("forward", "backward" or "backward_dot"), the row bucket,
+    """The winner of one search: table op ("forward", "backward" or "backward_dot", with the
+    few-rows suffix when m <= config.FEW_ROWS), the row bucket,
     element size, config, its mean time in us, the M it was timed at, and how many candidates
     were timed / failed."""
 
@@ -138,7 +139,7 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
         lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args,
     )  # fmt: skip
     cfg, us = _best(times)
-    return Result("forward", C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed)
+    return Result(C.table_op("forward", m), C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed)
 
 
 def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream, candidates=None) -> list:
@@ -183,7 +184,7 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
             lambda cfg: L.backward_kernel("row_dot", cfg.hints), dot_args,
         )  # fmt: skip
         dot_cfg, dot_us = _best(dot_times)
-        results.append(Result("backward_dot", C.bucket(n), elem, dot_cfg, dot_us, m, len(dot_times), f))
+        results.append(Result(C.table_op("backward_dot", m), C.bucket(n), elem, dot_cfg, dot_us, m, len(dot_times), f))
         t, f2 = _search(
             chunks, stream, lambda cfg: (plan(cfg).partial_rows, plan(cfg).num_chunks),
             lambda cfg: L.backward_kernel("chunked", cfg.hints), chunk_args,
@@ -191,5 +192,5 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
         times.update({cfg: us + dot_us for cfg, us in t.items()})
         failed += f + f2
     cfg, us = _best(times)
-    results.insert(0, Result("backward", C.bucket(n), elem, cfg, us, m, len(times), failed))
+    results.insert(0, Result(C.table_op("backward", m), C.bucket(n), elem, cfg, us, m, len(times), failed))
     return results

@@ -125,6 +125,12 @@ DEFAULT_TABLE = {
 # Forced gather mode ("a block per row group, looping over column chunks"): fixed, not tuned.
 GATHER = chunked(1, 4096, 4)
 
+# Problems of at most this many rows (decode steps: one token per sequence) look up their own
+# table entries first (op + FEW_ROWS_SUFFIX), tuned at such an M: the first tuned table, made at
+# M = 64 Mi / N, slowed the fp32 decode forward down by up to 1.7x (bench/NOTES.md).
+FEW_ROWS = 1024
+FEW_ROWS_SUFFIX = "_few"
+
 # A tile may not hold so many rows that fewer row tiles than SMs are left: with few rows (decode,
 # M <= a few hundred) every SM should get a row tile rather than one block walking several.
 FILL_SMS = True
@@ -143,11 +149,22 @@ def bucket(n: int) -> int:
     return min(max(SMALLEST_BUCKET, next_pow2(n)), LARGEST_BUCKET)
 
 
-def kernel_config(op: str, n: int, elem_size: int, device_key: str | None) -> KernelConfig:
-    """The config for rows of n elements: the table entry of n's bucket (see the module
-    docstring for the lookup order), adapted to rows shorter than the smallest bucket."""
+def table_op(op: str, m: int | None) -> str:
+    """The table op for a problem of m rows: few rows have their own entries ("forward_few",
+    ...) where a table has them, since configs tuned for a bandwidth-bound M are not the best
+    for a latency-bound one (bench/NOTES.md)."""
+    return f"{op}{FEW_ROWS_SUFFIX}" if m is not None and m <= FEW_ROWS else op
+
+
+def kernel_config(op: str, n: int, elem_size: int, device_key: str | None, m: int | None = None) -> KernelConfig:
+    """The config for rows of n elements (m of them, if known): the table entry of n's bucket
+    (see the module docstring for the lookup order), adapted to rows shorter than the smallest
+    bucket."""
     b = bucket(n)
-    found = tables.lookup(op, elem_size, b, device_key)
+    found = None
+    if table_op(op, m) != op:
+        found = tables.lookup(table_op(op, m), elem_size, b, device_key)
+    found = found or tables.lookup(op, elem_size, b, device_key)
     cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
     if cfg.kernel == "tile" and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_n = max(16, next_pow2(n))
@@ -213,7 +230,7 @@ def plan_forward(
     if mode == "gather":
         cfg = chunked(1, min(GATHER.tile_n, max(16, next_pow2(n))), GATHER.blocks_per_sm)
         return forward_plan_from(cfg, m, num_sms, mode)
-    cfg = kernel_config("forward", n, elem_size, device_key)
+    cfg = kernel_config("forward", n, elem_size, device_key, m)
     if mode is None:
         mode = "persistent" if cfg.kernel == "tile" else "gather"
     return forward_plan_from(cfg, m, num_sms, mode)
@@ -285,8 +302,8 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
 @functools.lru_cache(maxsize=1024)
 def plan_backward(m: int, n: int, num_sms: int, *, elem_size: int = 2, device_key: str | None = None) -> BackwardPlan:
     """Choose the backward kernels, tiles and grids for an (m, n) problem."""
-    cfg = kernel_config("backward", n, elem_size, device_key)
-    dot = kernel_config("backward_dot", n, elem_size, device_key)
+    cfg = kernel_config("backward", n, elem_size, device_key, m)
+    dot = kernel_config("backward_dot", n, elem_size, device_key, m)
     return backward_plan_from(cfg, dot, m, n, num_sms)
 
 
@@ -301,7 +318,7 @@ def planned_configs() -> dict[str, set]:
     (for the ahead-of-time compile check). Short rows add their narrower tiles."""
     out = {op: set(t.values()) for op, t in DEFAULT_TABLE.items()}
     for op, entry in tables.checked_in_configs():
-        out[op].add(KernelConfig(*entry))
+        out[op.removesuffix(FEW_ROWS_SUFFIX)].add(KernelConfig(*entry))
     for op in SHORT_ROW_TILE_ELEMS:
         for cfg in list(out[op]):
             if cfg.kernel == "tile" and cfg.tile_n == SMALLEST_BUCKET:
