@@ -41,8 +41,14 @@ TINY = dict(
 # the unpatched model. fp32: the two compute the same math with sums in a different order
 # (~1e-7 per norm), grown by two layers of attention and MLP; 1e-5 keeps a 10x+ margin.
 # bf16: both round at the same places, but a different fp32 sum order can move one rounding
-# by one ulp (2^-8 relative), which the following layers spread; 2e-2 is ~5 ulps overall.
-MODEL_RTOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+# by one ulp (2^-8 relative), which the following layers spread, most in small gradients that
+# cancel (a k_proj bias reached 2.1e-2 on the H200). So bf16 is not compared with the other bf16
+# model directly: each is compared with the fp32 run of the same weights (the unpatched model
+# upcast), and ours may be at most BF16_FACTOR times as far from it as torch's, plus half a bf16
+# ulp (both err by similar amounts; the factor covers which of the two a sum order favours).
+MODEL_RTOL = {torch.float32: 1e-5}
+BF16_FACTOR = 2.0
+BF16_FLOOR = 2.0**-9
 
 
 def _rel_err(out, ref):
@@ -122,15 +128,28 @@ def test_patched_model_matches_unpatched(family, target, gen, tmp_path):
     assert saved.keys() == saved_ref.keys() and all(torch.equal(saved[k], saved_ref[k]) for k in saved_ref)
 
     ids = torch.randint(0, TINY["vocab_size"], (2, 12), generator=gen).to(device)
+    truth = copy.deepcopy(ref).float() if dtype != torch.float32 else None
     logits_ref, loss_ref, grads_ref = _run(ref, ids)
     logits, loss, grads = _run(model, ids)
-    rtol = MODEL_RTOL[dtype]
     assert logits.dtype == logits_ref.dtype
-    assert _rel_err(logits, logits_ref) <= rtol
-    assert abs(loss.item() - loss_ref.item()) <= rtol * abs(loss_ref.item())
     assert grads.keys() == grads_ref.keys()
-    for name, g in grads_ref.items():
-        assert _rel_err(grads[name], g) <= rtol, name
+    if truth is None:
+        rtol = MODEL_RTOL[dtype]
+        assert _rel_err(logits, logits_ref) <= rtol
+        assert abs(loss.item() - loss_ref.item()) <= rtol * abs(loss_ref.item())
+        for name, g in grads_ref.items():
+            assert _rel_err(grads[name], g) <= rtol, name
+    else:
+        logits_t, loss_t, grads_t = _run(truth, ids)
+
+        def close(ours, theirs, exact, what):
+            e_ours, e_theirs = _rel_err(ours, exact), _rel_err(theirs, exact)
+            assert e_ours <= BF16_FACTOR * e_theirs + BF16_FLOOR, f"{what}: {e_ours:.3g} vs torch's {e_theirs:.3g}"
+
+        close(logits, logits_ref, logits_t, "logits")
+        close(loss.reshape(1), loss_ref.reshape(1), loss_t.reshape(1), "loss")
+        for name, g in grads_t.items():
+            close(grads[name], grads_ref[name], g, name)
 
 
 def test_patch_model_leaves_unknown_modules_alone():

@@ -117,7 +117,8 @@ def test_forced_modes_take_their_paths(mode, n):
 
 
 # Every kind of config a tuning table may hold, with several rows per tile where the defaults
-# have one, and explicit worker warps: (forward, backward, row-dot). Rows (301) and columns (1000) divide none of the tiles.
+# have one, and explicit worker warps: (forward, backward, row-dot). Rows (301) and columns
+# (1000) divide none of the tiles.
 CONFIG_KINDS = [
     (C.tile(4, 1024, 2, 8), C.tile(2, 1024, 4, 8), C.chunked(1, 1024, 1)),
     (C.chunked(2, 256, 2), C.chunked(2, 256, 1), C.chunked(4, 128, 2)),
