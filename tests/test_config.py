@@ -221,3 +221,37 @@ def test_few_rows_have_their_own_entries(cache_dir):
     # Where no table has a "_few" entry (the 512 bucket), few rows fall back to the bulk entry.
     assert ("forward_few", 4, 512) not in T.checked_in("sm_90")
     assert C.kernel_config("forward", 512, 4, H200, m=8) == C.kernel_config("forward", 512, 4, H200, m=10**6)
+
+
+@pytest.mark.gpu
+def test_tune_stores_a_config_that_plans_then_use(cache_dir, gen):
+    """End to end on the GPU: a search over the 512 bucket's forward candidates stores the
+    winner in this GPU's cache (not the shipped table), later plans take it, and rms_norm with
+    it matches float64 (forward and backward)."""
+    import torch
+
+    from cutile_rms import rms_norm
+    from cutile_rms import tune as tuner
+    from cutile_rms.rmsnorm.torch_impl import launch_target
+    from tests.reference import check_all, make_inputs, rms_norm_ref_grads, tolerances
+
+    (r,) = tuner.tune([(8192, 500)], torch.bfloat16, ops=("forward",))
+    assert (r.op, r.bucket, r.elem_size, r.m) == ("forward", 512, 2, 8192)
+    assert r.timed == len(A.forward_candidates(500)) - r.failed and r.us > 0
+    info = launch_target(torch.device("cuda"))[1]
+    doc = json.loads(T.cache_path(info.key).read_text())
+    assert [(e["op"], e["bucket"], e["tile_m"], e["blocks_per_sm"]) for e in doc["entries"]] == [
+        ("forward", 512, r.config.tile_m, r.config.blocks_per_sm)
+    ]
+    p = C.plan_forward(8192, 500, info.num_sms, elem_size=2, device_key=info.key)
+    assert (p.kernel, p.tile_n, p.occupancy, p.warps) == (
+        r.config.kernel, r.config.tile_n, r.config.blocks_per_sm, r.config.warps
+    )  # fmt: skip
+    x, dy, w = make_inputs((8192, 500), torch.bfloat16, "cuda", generator=gen)
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    y = rms_norm(x, w)
+    y.backward(dy)
+    y_ref, _, dx_ref, dw_ref = rms_norm_ref_grads(x, dy, w)
+    tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
+    check_all({"y": y.detach(), "dx": x.grad, "dw": w.grad}, {"y": y_ref, "dx": dx_ref, "dw": dw_ref}, tols)
