@@ -16,13 +16,13 @@ class DeviceInfo:
     compute_capability: tuple[int, int]
     name: str = ""
 
-    @property
+    @functools.cached_property
     def arch(self) -> str:
         """'sm_90' for compute capability 9.0 (the name of its shipped tuning table)."""
         major, minor = self.compute_capability
         return f"sm_{major}{minor}"
 
-    @property
+    @functools.cached_property  # read on every launch (a plan-cache key): built once
     def key(self) -> str | None:
         """What tuning tables are keyed by ("sm_90:NVIDIA H200"); None for the interpreter,
         which plans with the architecture-neutral defaults."""

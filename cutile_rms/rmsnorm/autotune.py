@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import cuda.tile as ct
 
 from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
 
 __all__ = ["Result", "backward_candidates", "forward_candidates", "row_dot_candidates", "tune_backward", "tune_forward"]
@@ -150,7 +151,7 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
     num_sms = device.num_sms
     has_weight = w is not None
     w = w if has_weight else x
-    round_xhat = has_weight and casting != L.K.CAST_GEMMA
+    round_xhat = has_weight and casting != K.CAST_GEMMA
     candidates = candidates or backward_candidates(n)
     partial = empty_f32((num_sms * max(C.OCCUPANCIES), n)) if has_weight else x
     row_dot = empty_f32((m,))

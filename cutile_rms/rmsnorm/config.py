@@ -161,17 +161,20 @@ def kernel_config(op: str, n: int, elem_size: int, device_key: str | None, m: in
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
     bucket."""
     b = bucket(n)
-    found = None
-    if table_op(op, m) != op:
-        found = tables.lookup(table_op(op, m), elem_size, b, device_key)
-    found = found or tables.lookup(op, elem_size, b, device_key)
-    cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
+    few = table_op(op, m)
+    found = (few != op and tables.lookup(few, elem_size, b, device_key)) or tables.lookup(op, elem_size, b, device_key)
+    return fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
+
+
+def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
+    """cfg adapted to rows of n elements: rows shorter than the smallest bucket take more rows
+    per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row."""
+    row_n = max(16, next_pow2(n))
     if cfg.kernel == "tile" and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
-        tile_n = max(16, next_pow2(n))
-        tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tile_n))
-        return tile(tile_m, tile_n, cfg.blocks_per_sm, cfg.warps)
-    if cfg.kernel == "chunked" and cfg.tile_n > next_pow2(n):  # a chunk wider than the row
-        return chunked(cfg.tile_m, max(16, next_pow2(n)), cfg.blocks_per_sm, cfg.warps)
+        tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
+        return tile(tile_m, row_n, cfg.blocks_per_sm, cfg.warps)
+    if cfg.kernel == "chunked" and cfg.tile_n > row_n:
+        return chunked(cfg.tile_m, row_n, cfg.blocks_per_sm, cfg.warps)
     return cfg
 
 
@@ -228,8 +231,7 @@ def plan_forward(
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     if mode == "gather":
-        cfg = chunked(1, min(GATHER.tile_n, max(16, next_pow2(n))), GATHER.blocks_per_sm)
-        return forward_plan_from(cfg, m, num_sms, mode)
+        return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode)
     cfg = kernel_config("forward", n, elem_size, device_key, m)
     if mode is None:
         mode = "persistent" if cfg.kernel == "tile" else "gather"
