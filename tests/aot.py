@@ -37,17 +37,22 @@ def _castings(x: str):
     return [K.CAST_GEMMA] if x == "float32" else [K.CAST_LLAMA, K.CAST_GEMMA, K.CAST_NONE]
 
 
-def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd):
+# The kernels' memory constants (TMA_STORE, LATENCY) of a config without memory knobs set.
+NO_MEMORY_KNOBS = C.tile(1, 16, 1).memory
+
+
+def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS):
     # An absent weight is replaced by x at launch (launch.py), so it takes x's constraint. The
     # inference kernels have no rstd parameter.
     rstd = [arr("float32", 1)] if store_rstd else []
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
-            w is not None]  # fmt: skip
+            w is not None, *memory]  # fmt: skip
 
 
-def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat):
+def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat]  # fmt: skip
+            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
+            *memory]  # fmt: skip
 
 
 def _bwd_dot_params(x, w, tile_m, tile_n):
@@ -55,13 +60,14 @@ def _bwd_dot_params(x, w, tile_m, tile_n):
             tile_m, tile_n, w is not None]  # fmt: skip
 
 
-def _bwd_chunk_params(x, w, tile_m, tile_n, round_xhat):
+def _bwd_chunk_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat]  # fmt: skip
+            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
+            *memory]  # fmt: skip
 
 
 def _key(cfg):
-    return (cfg.kernel, cfg.tile_n, cfg.tile_m, cfg.blocks_per_sm)
+    return (cfg.kernel, cfg.tile_n, cfg.tile_m, cfg.blocks_per_sm, repr(cfg.warps), cfg.memory)
 
 
 # The representative configs the flag combinations compile at (the defaults' 4096 entries).
@@ -85,12 +91,12 @@ def jobs():
     for x in DTYPES:
         for cfg, store in itertools.product(fwd_cfgs, (True, False)):
             add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel(cfg.kernel, cfg.hints, store),
-                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store))  # fmt: skip
+                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory))  # fmt: skip
         for cfg in bwd_cfgs:
             if cfg.kernel == "tile":
-                params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32")
+                params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             else:
-                params = _bwd_chunk_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32")
+                params = _bwd_chunk_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             add(f"bwd {x} {cfg}", L.backward_kernel(cfg.kernel, cfg.hints), params)
         for cfg in dot_cfgs:
             add(f"bwd_row_dot {x} {cfg}", L.backward_kernel("row_dot", cfg.hints),
@@ -144,15 +150,15 @@ def fused_jobs(add):
                 for check in (True, False):
                     add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
                         tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, casting, w is not None,
-                                                   check])  # fmt: skip
+                                                   check, *s_f.memory])  # fmt: skip
                 add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked[ch.hints],
-                    [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None])  # fmt: skip
+                    [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None, *ch.memory])  # fmt: skip
             for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
                 round_xhat = w is not None and casting != K.CAST_GEMMA
                 dres = arr(s, 2) if add_dres else arr(x, 2)
                 dr = arr(s, 2) if two else arr(x, 2)
                 part = arr("float32", 2) if w else arr(s, 2)
-                flags = [w is not None, round_xhat, add_dres, two]
+                flags = [w is not None, round_xhat, add_dres, two, *NO_MEMORY_KNOBS]
                 add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.hints],
                     [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr(x, 2), dr, part, F32, s_b.tile_m,
                      s_b.tile_n, *flags])  # fmt: skip

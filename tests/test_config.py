@@ -1,5 +1,6 @@
 """CPU tier: kernel and tile selection, tuning tables and the per-device cache."""
 
+import dataclasses
 import json
 
 import pytest
@@ -92,8 +93,12 @@ def test_default_tables_are_consistent():
 
 
 @pytest.mark.parametrize(
-    "bad", [("wide", 1, 512, 1), ("tile", 3, 512, 1), ("tile", 1, 500, 1), ("tile", 1, 512, 3), ("tile", 1, 512, 1, 6)]
-)
+    "bad",
+    [
+        ("wide", 1, 512, 1), ("tile", 3, 512, 1), ("tile", 1, 500, 1), ("tile", 1, 512, 3), ("tile", 1, 512, 1, 6),
+        ("tile", 1, 512, 1, None, "no"), ("tile", 1, 512, 1, None, True, 0), ("tile", 1, 512, 1, None, True, 11),
+    ],
+)  # fmt: skip
 def test_kernel_config_validates(bad):
     with pytest.raises(ValueError):
         C.KernelConfig(*bad)
@@ -125,7 +130,10 @@ def test_h200_plans_come_from_the_shipped_table():
         for n in (512, 4096, 65536):
             entry = T.checked_in("sm_90")["forward", es, C.bucket(n)]
             p = C.plan_forward(1 << 20, n, 132, elem_size=es, device_key=H200)
-            assert (p.kernel, p.tile_m, p.tile_n, p.occupancy, p.warps) == entry
+            cfg = C.KernelConfig(*entry)
+            assert (p.kernel, p.tile_m, p.tile_n, p.occupancy, p.warps, p.memory) == (
+                cfg.kernel, cfg.tile_m, cfg.tile_n, cfg.blocks_per_sm, cfg.warps, cfg.memory
+            )  # fmt: skip
 
 
 @pytest.fixture
@@ -139,7 +147,8 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _entry(op, es, b, cfg):
     return {"op": op, "elem_size": es, "bucket": b, "kernel": cfg.kernel, "tile_m": cfg.tile_m,
-            "tile_n": cfg.tile_n, "blocks_per_sm": cfg.blocks_per_sm, "warps": cfg.warps, "us": 1.0}  # fmt: skip
+            "tile_n": cfg.tile_n, "blocks_per_sm": cfg.blocks_per_sm, "warps": cfg.warps, "tma_store": cfg.tma_store,
+            "latency": cfg.latency, "us": 1.0}  # fmt: skip
 
 
 def test_device_cache_takes_precedence_and_persists(cache_dir):
@@ -157,11 +166,26 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     assert T.lookup("forward", 2, 4096, "sm_90:NVIDIA H100") == T.checked_in("sm_90")["forward", 2, 4096]
     # A fresh process (empty memory) reads the same entry back from disk.
     T._device_tables.clear()
-    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None)
+    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None)
     # Merging keeps earlier entries.
     T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
     doc = json.loads(path.read_text())
     assert {(e["op"], e["bucket"]) for e in doc["entries"]} == {("forward", 4096), ("backward", 512)}
+
+
+def test_memory_knobs_reach_the_plans(cache_dir):
+    """tma_store and latency go from a table entry into both plans' kernel constants; entries
+    written before these fields existed mean TMA stores allowed and no latency hint."""
+    fwd = C.tile(1, 8192, 2, tma_store=False, latency=1)
+    bwd = C.chunked(1, 4096, 2, 8, tma_store=False)
+    old = {k: v for k, v in _entry("forward", 4, 8192, C.tile(2, 8192, 4)).items() if k not in ("tma_store", "latency")}
+    T.record(H200, "NVIDIA H200", [_entry("forward", 2, 8192, fwd), _entry("backward", 2, 32768, bwd), old], "test")
+    C.clear_plan_caches()
+    assert C.plan_forward(1 << 16, 8192, 132, elem_size=2, device_key=H200).memory == (False, 1)
+    assert C.plan_forward(1 << 16, 8192, 132, elem_size=4, device_key=H200).memory == (True, 0)
+    assert C.plan_backward(1 << 16, 32768, 132, elem_size=2, device_key=H200).memory == (False, 0)
+    with pytest.raises(ValueError, match="tma_store"):
+        T.parse({"format": 1, "entries": [dict(old, tma_store="yes")]}, "x")
 
 
 def test_damaged_cache_warns_and_falls_back(cache_dir):
@@ -198,6 +222,12 @@ def test_search_space_is_valid(n):
     assert bool(tiles) == (C.next_pow2(n) <= A.MAX_ROW_TILE_N["forward"])
     assert all(c.tile_n < C.next_pow2(n) for c in fwd if c.kernel == "chunked")
     assert len(set(fwd)) == len(fwd) and dot
+    # Each layout is searched with and without TMA stores; the row-dot kernel has no row-tile
+    # store, and latency hints are only tried on the fastest candidates (not in the space).
+    for space in (fwd, bwd):
+        assert {c.tma_store for c in space} == set(A.TMA_STORE_CHOICES)
+        assert len(space) == len(A.TMA_STORE_CHOICES) * len({dataclasses.replace(c, tma_store=True) for c in space})
+    assert all(c.tma_store and c.latency is None for c in dot) and all(c.latency is None for c in fwd + bwd)
 
 
 def test_planned_configs_include_every_table_entry():

@@ -117,16 +117,19 @@ def test_forced_modes_take_their_paths(mode, n):
 
 
 # Every kind of config a tuning table may hold, with several rows per tile where the defaults
-# have one, and explicit worker warps: (forward, backward, row-dot). Rows (301) and columns
-# (1000) divide none of the tiles.
+# have one, explicit worker warps, and the memory knobs (stores without TMA, a load latency
+# hint): (forward, backward, row-dot). Rows (301) and columns (1000) divide none of the tiles.
 CONFIG_KINDS = [
     (C.tile(4, 1024, 2, 8), C.tile(2, 1024, 4, 8), C.chunked(1, 1024, 1)),
     (C.chunked(2, 256, 2), C.chunked(2, 256, 1), C.chunked(4, 128, 2)),
     (C.chunked(4, 512, 8, 4), C.chunked(4, 128, 2, 8), C.chunked(2, 512, 1, 8)),
+    (C.tile(1, 1024, 2, tma_store=False, latency=1), C.tile(2, 1024, 1, 8, tma_store=False), C.chunked(1, 1024, 1)),
+    (C.chunked(1, 256, 2, tma_store=False), C.chunked(2, 256, 1, tma_store=False, latency=2), C.chunked(2, 256, 1)),
 ]
+CONFIG_KIND_IDS = ["tile", "chunked-2rows", "chunked-4rows", "tile-no-tma-store", "chunked-no-tma-store"]
 
 
-@pytest.mark.parametrize("cfgs", CONFIG_KINDS, ids=["tile", "chunked-2rows", "chunked-4rows"])
+@pytest.mark.parametrize("cfgs", CONFIG_KINDS, ids=CONFIG_KIND_IDS)
 @pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_tunable_configs(dev, dtype, has_weight, offset, cfgs, gen):

@@ -8,7 +8,8 @@ allocates the arrays, records the winners in the per-device cache and writes tab
 What is searched (named so the search space reads as one table):
 
 - forward: one tile per row (``tile``) with tile_m rows, and the chunked kernel with
-  tile_m rows x tile_n-column chunks; each at every occupancy hint;
+  tile_m rows x tile_n-column chunks; each at every occupancy hint, with and without TMA
+  stores, and the fastest few again with a load latency hint;
 - backward: the same two kinds; the chunked one runs the row-dot kernel first, so its time is
   its own plus the best row-dot config's, which is recorded as ``backward_dot``.
 
@@ -16,6 +17,7 @@ exhaustive_search flushes L2 before every sample and samples each candidate unti
 known within 1% (or 0.5 us); candidates that fail to compile or launch are skipped.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import cuda.tile as ct
@@ -43,6 +45,13 @@ CHUNK_OCCUPANCIES = (1, 2, 4)
 # least this many elements try 8: smaller ones hold few registers per thread anyway.
 WARPS_CHOICES = (None, 8)
 MIN_TILE_ELEMS_FOR_WARPS = 4096
+# Every candidate is timed with TMA stores allowed and forbidden (one-row tiles gained 7-9% of
+# the copy ceiling without them, multi-row tiles lost 2-5%: bench/NOTES.md). Then the
+# LATENCY_TOP_K fastest are timed again with each load latency hint of LATENCY_CHOICES: the hint
+# moved a few shapes by up to 5% either way, too rarely to multiply the whole space by it.
+TMA_STORE_CHOICES = (True, False)
+LATENCY_CHOICES = (1,)
+LATENCY_TOP_K = 4
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,7 @@ class Result:
         return {
             "op": self.op, "elem_size": self.elem_size, "bucket": self.bucket, "kernel": c.kernel,
             "tile_m": c.tile_m, "tile_n": c.tile_n, "blocks_per_sm": c.blocks_per_sm, "warps": c.warps,
-            "us": round(self.us, 2), "m": self.m,
+            "tma_store": c.tma_store, "latency": c.latency, "us": round(self.us, 2), "m": self.m,
         }  # fmt: skip
 
 
@@ -78,7 +87,10 @@ def _tile_candidates(op: str, n: int) -> list:
     out = []
     for tm in TILE_M_CHOICES:
         if tm == 1 or tm * tile_n <= MAX_TILE_ELEMS:
-            out += [C.tile(tm, tile_n, occ, w) for occ in C.OCCUPANCIES for w in _warps(tm * tile_n)]
+            out += [
+                C.tile(tm, tile_n, occ, w, tma_store=ts)
+                for occ in C.OCCUPANCIES for w in _warps(tm * tile_n) for ts in TMA_STORE_CHOICES
+            ]  # fmt: skip
     return out
 
 
@@ -86,14 +98,17 @@ def _warps(tile_elems: int):
     return WARPS_CHOICES if tile_elems >= MIN_TILE_ELEMS_FOR_WARPS else (None,)
 
 
-def _chunked_candidates(n: int) -> list:
+def _chunked_candidates(n: int, tma_stores=TMA_STORE_CHOICES) -> list:
     """Chunks narrower than the row (a chunk as wide as the row is the one-tile kernel's job)."""
     out = []
     for chunk in CHUNK_CHOICES:
         if chunk < C.next_pow2(n):
             for tm in CHUNK_TILE_M_CHOICES:
                 if tm * chunk <= MAX_TILE_ELEMS:
-                    out += [C.chunked(tm, chunk, occ, w) for occ in CHUNK_OCCUPANCIES for w in _warps(tm * chunk)]
+                    out += [
+                        C.chunked(tm, chunk, occ, w, tma_store=ts)
+                        for occ in CHUNK_OCCUPANCIES for w in _warps(tm * chunk) for ts in tma_stores
+                    ]  # fmt: skip
     return out
 
 
@@ -106,13 +121,22 @@ def backward_candidates(n: int) -> list:
 
 
 def row_dot_candidates(n: int) -> list:
-    return _chunked_candidates(n) or [C.chunked(1, max(16, C.next_pow2(n)), 1)]
+    """The row-dot kernel stores only c per row: the memory knobs do not apply to it."""
+    return _chunked_candidates(n, (True,)) or [C.chunked(1, max(16, C.next_pow2(n)), 1)]
 
 
-def _search(configs, stream, grid_fn, kernel_fn, args_fn):
-    """{config: mean us} of every candidate that ran, and the number that failed."""
+def _search(configs, stream, grid_fn, kernel_fn, args_fn, refine=False):
+    """{config: mean us} of every candidate that ran, and the number that failed. With refine,
+    the LATENCY_TOP_K fastest are also timed with each of LATENCY_CHOICES."""
     res = ct.tune.exhaustive_search(list(configs), stream, grid_fn, kernel_fn, args_fn, quiet=True)
-    return {m.config: m.mean_us for m in res.successes}, len(res.failures)
+    times, failed = {m.config: m.mean_us for m in res.successes}, len(res.failures)
+    if refine and times:
+        top = sorted(times, key=times.get)[:LATENCY_TOP_K]
+        more = [dataclasses.replace(c, latency=lat) for c in top for lat in LATENCY_CHOICES if c.latency is None]
+        t, f = _search(more, stream, grid_fn, kernel_fn, args_fn)
+        times.update(t)
+        failed += f
+    return times, failed
 
 
 def _best(times: dict):
@@ -133,11 +157,11 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
 
     def args(cfg):
         p = plan(cfg)
-        return (x, w, y, rstd, float(eps), float(offset), p.tile_m, p.tile_n, casting, has_weight)
+        return (x, w, y, rstd, float(eps), float(offset), p.tile_m, p.tile_n, casting, has_weight, *cfg.memory)
 
     times, failed = _search(
         candidates or forward_candidates(n), stream, lambda cfg: (plan(cfg).grid,),
-        lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args,
+        lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args, refine=candidates is None,
     )  # fmt: skip
     cfg, us = _best(times)
     return Result(C.table_op("forward", m), C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed)
@@ -152,6 +176,7 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
     has_weight = w is not None
     w = w if has_weight else x
     round_xhat = has_weight and casting != K.CAST_GEMMA
+    refine = candidates is None
     candidates = candidates or backward_candidates(n)
     partial = empty_f32((num_sms * max(C.OCCUPANCIES), n)) if has_weight else x
     row_dot = empty_f32((m,))
@@ -162,20 +187,22 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
         return C.backward_plan_from(cfg, cfg, m, n, num_sms)
 
     def tile_args(cfg):
-        return (x, dy, w, rstd, dx, partial, float(offset), plan(cfg).tile_m, cfg.tile_n, has_weight, round_xhat)
+        p = plan(cfg)
+        return (x, dy, w, rstd, dx, partial, float(offset), p.tile_m, cfg.tile_n, has_weight, round_xhat, *cfg.memory)
 
     def dot_args(cfg):
         return (x, dy, w, rstd, row_dot, float(offset), plan(cfg).dot_tile_m, cfg.tile_n, has_weight)
 
     def chunk_args(cfg):
-        return (x, dy, w, rstd, row_dot, dx, partial, float(offset), cfg.tile_m, cfg.tile_n, has_weight, round_xhat)
+        return (x, dy, w, rstd, row_dot, dx, partial, float(offset), cfg.tile_m, cfg.tile_n, has_weight, round_xhat,
+                *cfg.memory)  # fmt: skip
 
     times, failed = {}, 0
     tiles = [c for c in candidates if c.kernel == "tile"]
     if tiles:
         t, failed = _search(
             tiles, stream, lambda cfg: (plan(cfg).partial_rows,),
-            lambda cfg: L.backward_kernel("tile", cfg.hints), tile_args,
+            lambda cfg: L.backward_kernel("tile", cfg.hints), tile_args, refine,
         )  # fmt: skip
         times.update(t)
     chunks = [c for c in candidates if c.kernel == "chunked"]
@@ -188,7 +215,7 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
         results.append(Result(C.table_op("backward_dot", m), C.bucket(n), elem, dot_cfg, dot_us, m, len(dot_times), f))
         t, f2 = _search(
             chunks, stream, lambda cfg: (plan(cfg).partial_rows, plan(cfg).num_chunks),
-            lambda cfg: L.backward_kernel("chunked", cfg.hints), chunk_args,
+            lambda cfg: L.backward_kernel("chunked", cfg.hints), chunk_args, refine,
         )  # fmt: skip
         times.update({cfg: us + dot_us for cfg, us in t.items()})
         failed += f + f2

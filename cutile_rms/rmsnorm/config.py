@@ -16,6 +16,7 @@ row length rounded up to a power of two, from 512 up to ``LARGEST_BUCKET``; shor
 the 512 bucket's kernel with more rows per tile, longer ones the largest bucket's (chunked).
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -41,6 +42,13 @@ KERNELS = ("tile", "chunked")
 OCCUPANCIES = (1, 2, 4, 8)
 WARPS = (None, 4, 8)
 
+# Memory knobs, compile-time constants of the kernels (not compiler hints): the latency hint of
+# the row-tile loads (None: the compiler infers it; cuTile accepts 1-10) and whether row tiles
+# may be stored through TMA. On the H200 plain stores beat TMA stores for one-row tiles by 7-9%
+# of the copy ceiling and lose 2-5% for tiles of 4-16 rows; latency 1 moves some shapes by a
+# few % either way (bench/NOTES.md, 2026-11-21 probes): both are searched per bucket.
+MAX_LATENCY = 10
+
 
 @dataclass(frozen=True)
 class KernelConfig:
@@ -49,7 +57,8 @@ class KernelConfig:
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
     chunks of tile_n, tile_m rows at a time. blocks_per_sm sets the grid (SMs x blocks_per_sm,
     trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
-    num_worker_warps hint (None: the compiler's choice).
+    num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
+    tiles without TMA; latency is the row-tile loads' latency hint (None: none).
     """
 
     kernel: str
@@ -57,6 +66,8 @@ class KernelConfig:
     tile_n: int
     blocks_per_sm: int
     warps: int | None = None
+    tma_store: bool = True
+    latency: int | None = None
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -69,18 +80,27 @@ class KernelConfig:
             raise ValueError(f"blocks_per_sm must be one of {OCCUPANCIES}, got {self.blocks_per_sm}")
         if self.warps not in WARPS:
             raise ValueError(f"warps must be one of {WARPS}, got {self.warps}")
+        if not isinstance(self.tma_store, bool):
+            raise ValueError(f"tma_store must be a bool, got {self.tma_store!r}")
+        if self.latency is not None and not (isinstance(self.latency, int) and 1 <= self.latency <= MAX_LATENCY):
+            raise ValueError(f"latency must be None or an int in 1..{MAX_LATENCY}, got {self.latency!r}")
 
     @property
     def hints(self) -> tuple:
         return (self.blocks_per_sm, self.warps)
 
+    @property
+    def memory(self) -> tuple:
+        """The kernels' (TMA_STORE, LATENCY) constants (latency 0: no hint)."""
+        return (self.tma_store, self.latency or 0)
 
-def tile(tile_m, tile_n, blocks_per_sm, warps=None):
-    return KernelConfig("tile", tile_m, tile_n, blocks_per_sm, warps)
+
+def tile(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
+    return KernelConfig("tile", tile_m, tile_n, blocks_per_sm, warps, **memory)
 
 
-def chunked(tile_m, tile_n, blocks_per_sm, warps=None):
-    return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps)
+def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
+    return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps, **memory)
 
 
 SMALLEST_BUCKET = 512
@@ -172,9 +192,9 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
     row_n = max(16, next_pow2(n))
     if cfg.kernel == "tile" and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
-        return tile(tile_m, row_n, cfg.blocks_per_sm, cfg.warps)
+        return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n)
     if cfg.kernel == "chunked" and cfg.tile_n > row_n:
-        return chunked(cfg.tile_m, row_n, cfg.blocks_per_sm, cfg.warps)
+        return dataclasses.replace(cfg, tile_n=row_n)
     return cfg
 
 
@@ -196,8 +216,9 @@ def grid_size(m: int, tile_m: int, blocks_per_sm: int, num_sms: int) -> int:
 
 @dataclass(frozen=True)
 class ForwardPlan:
-    """What the forward launcher runs: kernel ("tile" or "chunked"), tile shape, 1-D grid, and
-    the kernel's compiler hints (occupancy, worker warps)."""
+    """What the forward launcher runs: kernel ("tile" or "chunked"), tile shape, 1-D grid, the
+    kernel's compiler hints (occupancy, worker warps) and its memory constants (TMA_STORE,
+    LATENCY: see KernelConfig)."""
 
     mode: str
     kernel: str
@@ -206,6 +227,7 @@ class ForwardPlan:
     grid: int
     occupancy: int
     warps: int | None = None
+    memory: tuple = (True, 0)
 
     @property
     def hints(self) -> tuple:
@@ -215,7 +237,7 @@ class ForwardPlan:
 def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str) -> ForwardPlan:
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-    return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps)
+    return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -252,7 +274,7 @@ class BackwardPlan:
     """What the backward launcher runs.
 
     kernel "tile": one persistent kernel (grid = (partial_rows,)) with compiler hints
-    `hints` (occupancy, warps).
+    `hints` (occupancy, warps) and memory constants `memory` (see KernelConfig).
     kernel "chunked": a row-dot kernel (grid = (dot_grid,), tile dot_tile_m x dot_tile_n,
     hints dot_hints) that writes c per row into an (m,) fp32 workspace, then a 2-D kernel over
     (partial_rows, num_chunks).
@@ -271,6 +293,7 @@ class BackwardPlan:
     dot_tile_n: int = 0
     dot_grid: int = 0
     dot_hints: tuple = (1, None)
+    memory: tuple = (True, 0)
 
     @property
     def needs_row_dot(self) -> bool:
@@ -291,13 +314,13 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
     if cfg.kernel == "tile":
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
         grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-        return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid)
+        return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
     groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
     dot_m = fill_sms(dot.tile_m, m, num_sms)
     dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)
     return BackwardPlan(
         "chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, reduce_grid,
-        dot_m, dot.tile_n, dot_grid, dot.hints,
+        dot_m, dot.tile_n, dot_grid, dot.hints, cfg.memory,
     )  # fmt: skip
 
 
@@ -327,6 +350,6 @@ def planned_configs() -> dict[str, set]:
                 for k in range(4, SMALLEST_BUCKET.bit_length() - 1):
                     tn = 1 << k
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
-                    out[op].add(tile(tm, tn, cfg.blocks_per_sm, cfg.warps))
+                    out[op].add(dataclasses.replace(cfg, tile_m=tm, tile_n=tn))
     out["forward"].add(GATHER)
     return out

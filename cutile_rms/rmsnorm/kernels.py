@@ -17,6 +17,11 @@ any array framework, and tileiras can compile it ahead of time on a machine with
 Tiles are loaded with zero padding wherever padded lanes feed a reduction: padded columns add
 0 to the sum of squares, padded rows have x = 0 (and, in the backward, rstd = 0 and dy = 0), so
 they add nothing to c or to dW, and their stores fall out of bounds and are dropped.
+
+Two memory knobs are compile-time constants chosen per tuning-table entry (config.py): LATENCY,
+the latency hint of the row-tile loads (0: none, the compiler infers it), and TMA_STORE, which
+lets the compiler store row tiles through TMA (True) or forbids it (False: plain stores, which
+the H200 favours for one-row tiles, bench/NOTES.md).
 """
 
 import cuda.tile as ct
@@ -78,24 +83,45 @@ def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
 
 
 @ct.function
-def _load_rows(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], CHECK_BOUNDS: ct.Constant[bool]):
+def _load_tile(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], LATENCY: ct.Constant[int]):
+    """Tile (i, j) of a, zero-padded, with the latency hint LATENCY (0: none)."""
+    if LATENCY == 0:
+        return ct.load(a, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+    else:
+        return ct.load(a, (i, j), (TILE_M, TILE_N), padding_mode=ZERO, latency=LATENCY)
+
+
+@ct.function
+def _load_rows(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], CHECK_BOUNDS: ct.Constant[bool],
+               LATENCY: ct.Constant[int]):  # fmt: skip
     """Tile (i, j) of a, zero-padded; or, with CHECK_BOUNDS=False (the caller guarantees the
     tile is inside a), without bounds checks. tileiras 13.4 rejects check_bounds=False
     together with a padding mode, hence the two calls."""
     if CHECK_BOUNDS:
-        return ct.load(a, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
-    else:
+        return _load_tile(a, i, j, TILE_M, TILE_N, LATENCY)
+    elif LATENCY == 0:
         return ct.load(a, (i, j), (TILE_M, TILE_N), check_bounds=False)
+    else:
+        return ct.load(a, (i, j), (TILE_M, TILE_N), check_bounds=False, latency=LATENCY)
+
+
+@ct.function
+def _store_tile(a, i, j, t, TMA_STORE: ct.Constant[bool], CHECK_BOUNDS: ct.Constant[bool]):
+    """Stores tile t at tile index (i, j) of a; TMA_STORE=False forbids a TMA store."""
+    if TMA_STORE:
+        ct.store(a, (i, j), t, check_bounds=CHECK_BOUNDS)
+    else:
+        ct.store(a, (i, j), t, check_bounds=CHECK_BOUNDS, allow_tma=False)
 
 
 @ct.function
 def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-                  CHECK_BOUNDS: ct.Constant[bool]):  # fmt: skip
+                  CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool], LATENCY: ct.Constant[int]):  # fmt: skip
     """s = x + r for one tile, summed in fp32 and rounded once to s_out's dtype, stored to
     s_out; returns s in that dtype (what the norm then reads, so y = rms_norm(s_out) exactly)."""
-    rt = _load_rows(r, i, j, TILE_M, TILE_N, CHECK_BOUNDS)
+    rt = _load_rows(r, i, j, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
     st = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
-    ct.store(s_out, (i, j), st, check_bounds=CHECK_BOUNDS)
+    _store_tile(s_out, i, j, st, TMA_STORE, CHECK_BOUNDS)
     return st
 
 
@@ -116,6 +142,8 @@ def _fwd_tile_rows(
     STORE_RSTD: ct.Constant[bool],
     ADD_RESIDUAL: ct.Constant[bool],
     CHECK_BOUNDS: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Static persistent forward: a whole row fits one tile (N <= TILE_N).
 
@@ -128,13 +156,13 @@ def _fwd_tile_rows(
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
     wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
-        xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS)
+        xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
         if ADD_RESIDUAL:
-            xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS)
+            xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY)
         xf = ct.astype(xt, ct.float32)
         rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / n + eps)
         yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
-        ct.store(y, (i, 0), ct.astype(yt, y.dtype), check_bounds=CHECK_BOUNDS)
+        _store_tile(y, i, 0, ct.astype(yt, y.dtype), TMA_STORE, CHECK_BOUNDS)
         if STORE_RSTD:
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS)
 
@@ -156,6 +184,8 @@ def _fwd_chunked_rows(
     STORE_RSTD: ct.Constant[bool],
     ADD_RESIDUAL: ct.Constant[bool],
     SUM_FROM_OUTPUT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Forward for rows of any length: each block takes TILE_M rows at a time and walks their
     columns in TILE_N chunks twice, once for the sum of squares and once to normalize.
@@ -172,23 +202,23 @@ def _fwd_chunked_rows(
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
         sumsq = ct.zeros((TILE_M, 1), dtype=ct.float32)
         for j in range(num_chunks):
-            xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            xt = _load_tile(x, i, j, TILE_M, TILE_N, LATENCY)
             if ADD_RESIDUAL:
-                xt = _add_residual(xt, r, s_out, i, j, TILE_M, TILE_N, True)
+                xt = _add_residual(xt, r, s_out, i, j, TILE_M, TILE_N, True, TMA_STORE, LATENCY)
             xf = ct.astype(xt, ct.float32)
             sumsq += ct.sum(xf * xf, axis=1, keepdims=True)
         rstd = ct.rsqrt(sumsq / n + eps)
         for j in range(num_chunks):
             if SUM_FROM_OUTPUT:
-                xt = ct.load(s_out, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+                xt = _load_tile(s_out, i, j, TILE_M, TILE_N, LATENCY)
             else:
-                xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+                xt = _load_tile(x, i, j, TILE_M, TILE_N, LATENCY)
                 if ADD_RESIDUAL:
-                    rt = ct.load(r, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+                    rt = _load_tile(r, i, j, TILE_M, TILE_N, LATENCY)
                     xt = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
             wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
             yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
-            ct.store(y, (i, j), ct.astype(yt, y.dtype))
+            _store_tile(y, i, j, ct.astype(yt, y.dtype), TMA_STORE, True)
         if STORE_RSTD:
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
 
@@ -210,9 +240,12 @@ def rms_fwd_tile(
     TILE_N: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Single-tile forward that stores rstd (see _fwd_tile_rows)."""
-    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, True)
+    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, True,
+                   TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -226,9 +259,12 @@ def rms_fwd_tile_infer(
     TILE_N: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Single-tile forward without rstd (inference)."""
-    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, True)
+    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, True,
+                   TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -243,9 +279,12 @@ def rms_fwd_chunked(
     TILE_N: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Chunked forward that stores rstd (see _fwd_chunked_rows)."""
-    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, False)
+    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, False,
+                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -259,22 +298,26 @@ def rms_fwd_chunked_infer(
     TILE_N: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Chunked forward without rstd (inference)."""
-    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, False)
+    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, False,
+                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.function
 def _dx_out(dx, dr, dres, i, j, dxf, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-            ADD_DRES: ct.Constant[bool], TWO_OUTPUTS: ct.Constant[bool]):  # fmt: skip
+            ADD_DRES: ct.Constant[bool], TWO_OUTPUTS: ct.Constant[bool], TMA_STORE: ct.Constant[bool],
+            LATENCY: ct.Constant[int]):  # fmt: skip
     """Stores one (TILE_M, TILE_N) tile of dx (fp32 in dxf). For a fused residual add:
     ADD_DRES adds the gradient that reached the sum directly (dres); TWO_OUTPUTS also stores
     the result to dr, in dr's dtype (x and the residual have different dtypes)."""
     if ADD_DRES:
-        dxf = dxf + ct.astype(ct.load(dres, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-    ct.store(dx, (i, j), ct.astype(dxf, dx.dtype))
+        dxf = dxf + ct.astype(_load_tile(dres, i, j, TILE_M, TILE_N, LATENCY), ct.float32)
+    _store_tile(dx, i, j, ct.astype(dxf, dx.dtype), TMA_STORE, True)
     if TWO_OUTPUTS:
-        ct.store(dr, (i, j), ct.astype(dxf, dr.dtype))
+        _store_tile(dr, i, j, ct.astype(dxf, dr.dtype), TMA_STORE, True)
 
 
 @ct.function
@@ -294,6 +337,8 @@ def _bwd_tile_rows(
     ROUND_XHAT: ct.Constant[bool],
     ADD_DRES: ct.Constant[bool],
     TWO_OUTPUTS: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Persistent backward when a row fits one tile (N <= TILE_N).
 
@@ -307,13 +352,13 @@ def _bwd_tile_rows(
     wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
     dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
-        xf = ct.astype(ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        dyf = ct.astype(ct.load(dy, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        xf = ct.astype(_load_tile(x, i, 0, TILE_M, TILE_N, LATENCY), ct.float32)
+        dyf = ct.astype(_load_tile(dy, i, 0, TILE_M, TILE_N, LATENCY), ct.float32)
         rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
         xhat = xf * rstd
         wdy = dyf * wp
         c = ct.sum(wdy * xhat, axis=1, keepdims=True) / n
-        _dx_out(dx, dr, dres, i, 0, (wdy - xhat * c) * rstd, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS)
+        _dx_out(dx, dr, dres, i, 0, (wdy - xhat * c) * rstd, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS, TMA_STORE, LATENCY)
         if HAS_WEIGHT:
             dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
@@ -333,11 +378,12 @@ def rms_bwd_tile(
     TILE_N: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Single-tile backward (see _bwd_tile_rows)."""
-    _bwd_tile_rows(
-        x, dy, dy, w, rstd_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, False
-    )
+    _bwd_tile_rows(x, dy, dy, w, rstd_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT, False,
+                   False, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -386,6 +432,8 @@ def _bwd_chunk_cols(
     ROUND_XHAT: ct.Constant[bool],
     ADD_DRES: ct.Constant[bool],
     TWO_OUTPUTS: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Second step of the chunked backward, on a 2-D grid (row groups, column chunks).
 
@@ -399,12 +447,13 @@ def _bwd_chunk_cols(
     wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
     dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
     for i in range(g, num_row_tiles, ct.num_blocks(0)):
-        xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
-        dyf = ct.astype(ct.load(dy, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+        xf = ct.astype(_load_tile(x, i, j, TILE_M, TILE_N, LATENCY), ct.float32)
+        dyf = ct.astype(_load_tile(dy, i, j, TILE_M, TILE_N, LATENCY), ct.float32)
         rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
         c = ct.reshape(ct.load(c_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
         xhat = xf * rstd
-        _dx_out(dx, dr, dres, i, j, (dyf * wp - xhat * c) * rstd, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS)
+        dxf = (dyf * wp - xhat * c) * rstd
+        _dx_out(dx, dr, dres, i, j, dxf, TILE_M, TILE_N, ADD_DRES, TWO_OUTPUTS, TMA_STORE, LATENCY)
         if HAS_WEIGHT:
             dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
@@ -425,11 +474,12 @@ def rms_bwd_chunked(
     TILE_N: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
 ):
     """Chunked backward's second step (see _bwd_chunk_cols)."""
-    _bwd_chunk_cols(
-        x, dy, dy, w, rstd_in, c_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, False
-    )
+    _bwd_chunk_cols(x, dy, dy, w, rstd_in, c_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT,
+                    False, False, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel

@@ -123,7 +123,7 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     """
     has_weight = weight is not None
     w = weight if has_weight else x
-    consts = (plan.tile_m, plan.tile_n, casting, has_weight)
+    consts = (plan.tile_m, plan.tile_n, casting, has_weight, *plan.memory)
     if rstd is None:
         args = (x, w, y, float(eps), float(offset), *consts)
     else:
@@ -157,12 +157,14 @@ def launch_backward(
     round_xhat = has_weight and casting != K.CAST_GEMMA
     if plan.kernel == "tile":
         kernel = _BACKWARD["tile"][plan.hints]
-        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
+        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
+                *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows,), kernel, args)
     else:
         dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
         launch(stream, (plan.dot_grid,), _BACKWARD["row_dot"][plan.dot_hints], dot_args)
-        args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat)
+        args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
+                *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows, plan.num_chunks), _BACKWARD["chunked"][plan.hints], args)
     if has_weight:
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))

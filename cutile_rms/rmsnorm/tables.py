@@ -5,8 +5,8 @@ Both are JSON files of the same format, written by :mod:`cutile_rms.tune`::
     {"format": 1, "device": "NVIDIA H200", "arch": "sm_90", "cuda_tile": "1.7.0",
      "made_by": "python -m cutile_rms.tune --table ...",
      "entries": [{"op": "forward", "elem_size": 2, "bucket": 4096, "kernel": "tile",
-                  "tile_m": 1, "tile_n": 4096, "blocks_per_sm": 4, "warps": null, "us": 66.2,
-                  "m": 16384}, ...]}
+                  "tile_m": 1, "tile_n": 4096, "blocks_per_sm": 4, "warps": null,
+                  "tma_store": false, "latency": null, "us": 66.2, "m": 16384}, ...]}
 
 - ``cutile_rms/rmsnorm/tuned/<arch>.json`` ships with the package (sm_90: measured on an H200).
 - ``<cache dir>/<arch>-<device name>-cutile<version>.json`` holds what ``cutile_rms.tune`` found
@@ -33,7 +33,9 @@ CACHE_DIR = Path(
     os.environ.get("CUTILE_RMS_CACHE_DIR")
     or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cutile_rms")
 )
-_FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")  # and "warps" (optional: null = the compiler's choice)
+# Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
+# true) and "latency" (null: no hint). Tables written before the optional ones existed stay valid.
+_FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")
 
 # device key -> {(op, elem_size, bucket): (kernel, tile_m, tile_n, blocks_per_sm)}. One entry per
 # GPU model seen by the process (a handful at most); _MAX_DEVICES bounds it regardless.
@@ -65,10 +67,12 @@ def parse(doc: dict, source: str) -> dict:
         raise ValueError(f"{source}: unknown tuning table format {doc.get('format')!r}")
     out = {}
     for e in doc["entries"]:
-        warps = e.get("warps")
+        warps, latency, tma_store = e.get("warps"), e.get("latency"), e.get("tma_store", True)
+        if not isinstance(tma_store, bool):
+            raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (
             str(e["kernel"]), int(e["tile_m"]), int(e["tile_n"]), int(e["blocks_per_sm"]),
-            None if warps is None else int(warps),
+            None if warps is None else int(warps), tma_store, None if latency is None else int(latency),
         )  # fmt: skip
     return out
 

@@ -26,69 +26,75 @@ C_BOOL = ct.Constant[bool]
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                       HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL):  # fmt: skip
+                       HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Training forward, one tile per row: y, s and rstd. CHECK_BOUNDS=False when the shapes
     are aligned to the tile (no masked lanes)."""
     _fwd_tile_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True,
-                   CHECK_BOUNDS)  # fmt: skip
+                   CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                             HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL):  # fmt: skip
+                             HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Inference forward, one tile per row: y and s, no rstd."""
-    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS)
+    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS,
+                   TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                               HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL):  # fmt: skip
+                               HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """In-place inference forward, one tile per row: s into r, y into x. Each tile is loaded
     before it is overwritten, and x and r are each one array (no aliasing between arguments)."""
-    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS)
+    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS,
+                   TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                          HAS_WEIGHT: C_BOOL):  # fmt: skip
+                          HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Training forward for rows longer than one tile (two passes over column chunks)."""
     _fwd_chunked_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True,
-                      False)  # fmt: skip
+                      False, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_chunked_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                                HAS_WEIGHT: C_BOOL):  # fmt: skip
+                                HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Inference forward for long rows: y and s, no rstd."""
-    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, False)
+    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, False,
+                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_chunked_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                                  HAS_WEIGHT: C_BOOL):  # fmt: skip
+                                  HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """In-place inference forward for long rows: the first pass writes s into r, the second
     reads it back from r and writes y into x."""
-    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, True)
+    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, True,
+                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_bwd_tile(s, dy, dres, w, rstd_in, dx, dr, dw_partial, offset, TILE_M: C_INT, TILE_N: C_INT,
-                       HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL):  # fmt: skip
+                       HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL,
+                       TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Backward, one tile per row: dx (= dr) = d(rms_norm)/ds + dres, and dW partials."""
     _bwd_tile_rows(s, dy, dres, w, rstd_in, dx, dr, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT,
-                   ADD_DRES, TWO_OUTPUTS)  # fmt: skip
+                   ADD_DRES, TWO_OUTPUTS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_bwd_chunked(s, dy, dres, w, rstd_in, c_in, dx, dr, dw_partial, offset, TILE_M: C_INT, TILE_N: C_INT,
-                          HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL):  # fmt: skip
+                          HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL,
+                       TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Backward for long rows, second step (the first is the core row-dot kernel on s)."""
     _bwd_chunk_cols(s, dy, dres, w, rstd_in, c_in, dx, dr, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT,
-                    ROUND_XHAT, ADD_DRES, TWO_OUTPUTS)  # fmt: skip
+                    ROUND_XHAT, ADD_DRES, TWO_OUTPUTS, TMA_STORE, LATENCY)  # fmt: skip

@@ -32,9 +32,9 @@ def _forward(flavour, arrays, weight, eps, offset, casting, mode, device, stream
         # No-mask fast path: rows fill the tile exactly and row tiles divide M, so every load
         # and store is in bounds and the kernel may skip the checks.
         aligned = n == plan.tile_n and m % plan.tile_m == 0
-        launch(stream, (plan.grid,), tiles[plan.hints], (*args, not aligned))
+        launch(stream, (plan.grid,), tiles[plan.hints], (*args, not aligned, *plan.memory))
     else:
-        launch(stream, (plan.grid,), chunked[plan.hints], args)
+        launch(stream, (plan.grid,), chunked[plan.hints], (*args, *plan.memory))
 
 
 def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream):
@@ -61,7 +61,7 @@ def run_fused_backward(s, dy, dres, weight, rstd, dx, dr, dw, offset, casting, e
     w = weight if has_weight else s
     partial = empty_f32((plan.partial_rows, n)) if has_weight else s
     round_xhat = has_weight and casting != RK.CAST_GEMMA
-    flags = (has_weight, round_xhat, dres is not None, dr is not None)
+    flags = (has_weight, round_xhat, dres is not None, dr is not None, *plan.memory)
     dres = dy if dres is None else dres
     dr = dx if dr is None else dr
     if plan.kernel == "tile":
