@@ -147,8 +147,9 @@ GATHER = chunked(1, 4096, 4)
 
 # Problems of at most this many rows (decode steps: one token per sequence) look up their own
 # table entries first (op + FEW_ROWS_SUFFIX), tuned at such an M: the first tuned table, made at
-# M = 64 Mi / N, slowed the fp32 decode forward down by up to 1.7x (bench/NOTES.md).
-FEW_ROWS = 1024
+# M = 64 Mi / N, slowed the fp32 decode forward down by up to 1.7x (bench/NOTES.md). Below the
+# training set's smallest M (1024 rows of 65536: 64 Mi elements, a bandwidth-bound problem).
+FEW_ROWS = 512
 FEW_ROWS_SUFFIX = "_few"
 
 # A tile may not hold so many rows that fewer row tiles than SMs are left: with few rows (decode,
