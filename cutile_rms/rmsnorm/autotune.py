@@ -58,8 +58,9 @@ LATENCY_TOP_K = 4
 class Result:
     """The winner of one search: table op ("forward", "backward" or "backward_dot", with the
     few-rows suffix when m <= config.FEW_ROWS), the row bucket,
-    element size, config, its mean time in us, the M it was timed at, and how many candidates
-    were timed / failed."""
+    element size, config, its mean time in us, the M it was timed at, how many candidates
+    were timed / failed, and the RUNNERS_UP fastest (config, us) pairs, best first, for a
+    second timing by the caller (cutile_rms.tune re-times them by CUDA-graph replay)."""
 
     op: str
     bucket: int
@@ -69,6 +70,7 @@ class Result:
     m: int
     timed: int
     failed: int
+    ranked: tuple = ()
 
     def entry(self) -> dict:
         """The tuning-table entry (tables.py format)."""
@@ -144,6 +146,14 @@ def _best(times: dict):
     return cfg, times[cfg]
 
 
+# How many of a search's fastest candidates a Result keeps (see Result.ranked).
+RUNNERS_UP = 6
+
+
+def _ranked(times: dict) -> tuple:
+    return tuple((c, times[c]) for c in sorted(times, key=times.get)[:RUNNERS_UP])
+
+
 def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates=None) -> Result:
     """Search the forward configs for x's row length (rstd stored: the training forward; the
     inference forward shares the winner). Overwrites y and rstd."""
@@ -164,7 +174,8 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
         lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args, refine=candidates is None,
     )  # fmt: skip
     cfg, us = _best(times)
-    return Result(C.table_op("forward", m), C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed)
+    return Result(C.table_op("forward", m), C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed,
+                  _ranked(times))  # fmt: skip
 
 
 def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream, candidates=None) -> list:
@@ -220,5 +231,6 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
         times.update({cfg: us + dot_us for cfg, us in t.items()})
         failed += f + f2
     cfg, us = _best(times)
-    results.insert(0, Result(C.table_op("backward", m), C.bucket(n), elem, cfg, us, m, len(times), failed))
+    results.insert(0, Result(C.table_op("backward", m), C.bucket(n), elem, cfg, us, m, len(times), failed,
+                             _ranked(times)))  # fmt: skip
     return results

@@ -116,7 +116,8 @@ def _store_tile(a, i, j, t, TMA_STORE: ct.Constant[bool], CHECK_BOUNDS: ct.Const
 
 @ct.function
 def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-                  CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool], LATENCY: ct.Constant[int]):  # fmt: skip
+                  CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool],
+                  LATENCY: ct.Constant[int]):  # fmt: skip
     """s = x + r for one tile, summed in fp32 and rounded once to s_out's dtype, stored to
     s_out; returns s in that dtype (what the norm then reads, so y = rms_norm(s_out) exactly)."""
     rt = _load_rows(r, i, j, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)

@@ -45,7 +45,8 @@ def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                               HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
+                               HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
+                               LATENCY: C_INT):  # fmt: skip
     """In-place inference forward, one tile per row: s into r, y into x. Each tile is loaded
     before it is overwritten, and x and r are each one array (no aliasing between arguments)."""
     _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS,
