@@ -122,6 +122,10 @@ def test_shipped_sm90_table_covers_every_bucket_and_size():
                 assert (op, es, b) in table, (op, es, b)
                 cfg = C.KernelConfig(*table[op, es, b])  # validates
                 assert cfg.tile_n == b if cfg.kernel == "tile" else cfg.tile_n < b
+    for (op, _, n), entry in table.items():  # exact row lengths: a tile that holds the row
+        cfg = C.KernelConfig(*entry)
+        assert C.table_key(n) == n or C.bucket(n) == n
+        assert cfg.tile_n == C.next_pow2(n) if cfg.kernel == "tile" else cfg.tile_n < C.next_pow2(n)
     assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
 
 
@@ -171,6 +175,23 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
     doc = json.loads(path.read_text())
     assert {(e["op"], e["bucket"]) for e in doc["entries"]} == {("forward", 4096), ("backward", 512)}
+
+
+def test_exact_row_length_entries_come_first(cache_dir):
+    """A search at a row length that is not a power of two is recorded under that length and
+    used for it alone; other lengths of its bucket keep the bucket's entry."""
+    assert C.table_key(5120) == 5120 and C.table_key(4096) == 4096
+    assert C.table_key(300) == 512 and C.table_key(100_000) == C.LARGEST_BUCKET
+    exact, few = C.tile(2, 8192, 1), C.tile(1, 8192, 4)
+    T.record(H200, "NVIDIA H200", [_entry("forward", 2, 5120, exact), _entry("forward_few", 2, 8192, few)], "test")
+    C.clear_plan_caches()
+    p = C.plan_forward(1 << 16, 5120, 132, elem_size=2, device_key=H200)
+    assert (p.tile_m, p.occupancy) == (2, 1)
+    bucket_entry = C.KernelConfig(*T.checked_in("sm_90")["forward", 2, 8192])
+    p = C.plan_forward(1 << 16, 6000, 132, elem_size=2, device_key=H200)
+    assert (p.tile_m, p.occupancy) == (bucket_entry.tile_m, bucket_entry.blocks_per_sm)
+    # Few rows: the few-row entries (bucket) come before the bulk exact-length one.
+    assert C.plan_forward(256, 5120, 132, elem_size=2, device_key=H200).occupancy == 4
 
 
 def test_memory_knobs_reach_the_plans(cache_dir):

@@ -14,6 +14,8 @@ Where the configs come from, in the order a plan looks them up (cutile_rms.rmsno
 A table maps (op, element size, row bucket) to a :class:`KernelConfig`. The row bucket is the
 row length rounded up to a power of two, from 512 up to ``LARGEST_BUCKET``; shorter rows use
 the 512 bucket's kernel with more rows per tile, longer ones the largest bucket's (chunked).
+A table may also hold entries for an exact row length that is not a power of two (a model's
+hidden size, such as 5120, tuned at that length): those are looked up first (table_key).
 """
 
 import dataclasses
@@ -170,6 +172,14 @@ def bucket(n: int) -> int:
     return min(max(SMALLEST_BUCKET, next_pow2(n)), LARGEST_BUCKET)
 
 
+def table_key(n: int) -> int:
+    """The key a tuning search at row length n is recorded under: n itself when it is a
+    bucket-range length that is not a power of two (its own entry: at N = 5120 the 8192
+    bucket's config, tuned at 8192, ran at 81% of the copy ceiling and the one tuned at 5120 at
+    89%, bench/NOTES.md), else its bucket."""
+    return n if SMALLEST_BUCKET < n < LARGEST_BUCKET and n & (n - 1) else bucket(n)
+
+
 def table_op(op: str, m: int | None) -> str:
     """The table op for a problem of m rows: few rows have their own entries ("forward_few",
     ...) where a table has them, since configs tuned for a bandwidth-bound M are not the best
@@ -182,8 +192,9 @@ def kernel_config(op: str, n: int, elem_size: int, device_key: str | None, m: in
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
     bucket."""
     b = bucket(n)
-    few = table_op(op, m)
-    found = (few != op and tables.lookup(few, elem_size, b, device_key)) or tables.lookup(op, elem_size, b, device_key)
+    keys = (table_key(n), b) if table_key(n) != b else (b,)
+    ops = (table_op(op, m), op) if table_op(op, m) != op else (op,)
+    found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
     return fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
 
 

@@ -33,6 +33,7 @@ CACHE_DIR = Path(
     os.environ.get("CUTILE_RMS_CACHE_DIR")
     or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cutile_rms")
 )
+# "bucket" is a power of two (the row bucket) or an exact row length (config.table_key).
 # Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
 # true) and "latency" (null: no hint). Tables written before the optional ones existed stay valid.
 _FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")
