@@ -129,3 +129,26 @@ def bwd_probe(x, dy, w, rstd_in, dx, dw_partial, TILE_M: ct.Constant[int], TILE_
             ct.store(dx, (i, 0), dxt)
         dw_acc += ct.sum(dyf * ct.astype(ct.astype(xhat, x.dtype), ct.float32), axis=0, keepdims=True)
     ct.store(dw_partial, (ct.bid(0), 0), dw_acc)
+
+
+@ct.kernel
+def fwd_probe_decode(x, w, y, eps, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
+                     LOAD_TMA: ct.Constant[bool], STORE_TMA: ct.Constant[bool], W_FIRST: ct.Constant[bool]):
+    """Inference forward (no rstd) with TMA-free loads as an option (decode probe)."""
+    n = x.shape[1]
+    num_tiles = ct.cdiv(x.shape[0], TILE_M)
+    for i in range(ct.bid(0), num_tiles, ct.num_blocks(0)):
+        if LOAD_TMA:
+            xt = ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO)
+            wt = ct.load(w, (0,), (TILE_N,), padding_mode=ZERO)
+        else:
+            xt = ct.load(x, (i, 0), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False)
+            wt = ct.load(w, (0,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
+        wp = ct.reshape(ct.astype(wt, ct.float32), (1, TILE_N))
+        xf = ct.astype(xt, ct.float32)
+        rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / n + eps)
+        yt = ct.astype(_normalize(xt, rstd, wp, CAST_LLAMA, True), y.dtype)
+        if STORE_TMA:
+            ct.store(y, (i, 0), yt)
+        else:
+            ct.store(y, (i, 0), yt, allow_tma=False)
