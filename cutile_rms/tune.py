@@ -122,8 +122,9 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
     dys = [dy] + [torch.randn_like(dy) for _ in range(sets - 1)]
     ys, dxs = [torch.empty_like(x) for _ in xs], [torch.empty_like(x) for _ in xs]
     rs = [empty_f32((m,)) for _ in xs]
-    for i in range(sets):
-        run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, launch_target(x.device)[0])
+    stream = launch_target(x.device)[0]
+    for i in range(sets):  # each set's rstd, for the backward
+        run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, stream)
     dw = torch.empty_like(w)
     dots = {r.op.replace("backward_dot", "backward"): r.config for r in results if r.op.startswith("backward_dot")}
     out = []

@@ -192,8 +192,8 @@ def kernel_config(op: str, n: int, elem_size: int, device_key: str | None, m: in
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
     bucket."""
     b = bucket(n)
-    keys = (table_key(n), b) if table_key(n) != b else (b,)
-    ops = (table_op(op, m), op) if table_op(op, m) != op else (op,)
+    keys = dict.fromkeys((table_key(n), b))  # the exact length first, then its bucket
+    ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
     return fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
 

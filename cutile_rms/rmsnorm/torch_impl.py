@@ -20,6 +20,7 @@ __all__ = [
     "backward",
     "check_device",
     "check_tensor",
+    "check_x_weight",
     "forward",
     "launch_on_device",
     "launch_target",
@@ -55,12 +56,17 @@ def check_device(x: torch.Tensor, **others) -> None:
             raise ValueError(f"{name} is on {t.device} but x is on {dev}; put them on one device")
 
 
-def validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
-    """Checks what rms_norm's arguments must satisfy; returns the kernel's casting code."""
+def check_x_weight(x, weight, eps, offset) -> None:
+    """Checks x, weight, eps and offset as every torch front end needs them."""
     check_tensor("x", x)
     if weight is not None:
         check_tensor("weight", weight)
     check_arguments(x.shape, None if weight is None else weight.shape, eps, offset)
+
+
+def validate_x_weight(x, weight, eps, offset, casting_mode) -> int:
+    """Checks what rms_norm's arguments must satisfy; returns the kernel's casting code."""
+    check_x_weight(x, weight, eps, offset)
     return casting_code(casting_mode, x.dtype == torch.float32)
 
 

@@ -11,12 +11,13 @@ from cutile_rms.experimental.fused_add.launch import (
     run_fused_forward,
     run_fused_forward_inplace,
 )
-from cutile_rms.rmsnorm.launch import casting_code, check_arguments
+from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import (
     SUPPORTED_DTYPES,
     as_rows,
     check_device,
     check_tensor,
+    check_x_weight,
     launch_on_device,
     rows_view,
     unit_stride,
@@ -27,10 +28,7 @@ __all__ = ["FusedAddRMSNormFunction", "fused_add_rms_norm", "fused_add_rms_norm_
 
 def _validate(x, residual, weight, eps, offset, casting_mode, residual_dtype):
     """Checks the arguments; returns (casting code, dtype of residual_out)."""
-    check_tensor("x", x)
-    if weight is not None:
-        check_tensor("weight", weight)
-    check_arguments(x.shape, None if weight is None else weight.shape, eps, offset)
+    check_x_weight(x, weight, eps, offset)
     check_tensor("residual", residual)
     if residual.shape != x.shape:
         raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
