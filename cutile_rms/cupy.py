@@ -108,10 +108,16 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
         if m:
             run_forward(
-                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.info, target.stream
-            )
+                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.info, target.stream,
+                zeros_i64=_zeros_i64(xp),
+            )  # fmt: skip
     y = y.reshape(x.shape)
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
+
+
+def _zeros_i64(xp):
+    """The split kernels' workspace allocator (zero-filled int64, on the current device)."""
+    return lambda shape: xp.zeros(shape, dtype=np.int64)
 
 
 def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
@@ -142,8 +148,9 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
 
             r = xp.ascontiguousarray(rstd.reshape(m))
             run_backward(
-                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream
-            )
+                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream,
+                zeros_i64=_zeros_i64(xp),
+            )  # fmt: skip
         elif dw is not None:
             dw[...] = 0  # the sum over no rows
     return dx.reshape(x.shape), dw

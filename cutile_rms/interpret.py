@@ -16,13 +16,16 @@ of cuTile's semantics -- not NumPy's:
 - ``sum`` accumulates in the tile's dtype, by halves as a tree; ``astype`` rounds to nearest
   even (bf16 through ml_dtypes); every arithmetic op rounds to its result dtype;
 - ``gather``/``scatter`` with bounds and masks, ``bid``/``num_blocks``, ``Constant``
-  parameters, ``range`` loops.
+  parameters, ``range`` and ``while`` loops;
+- ``atomic_add``/``atomic_xchg`` (index tiles as for gather; every lane in bounds), each
+  atomic as a whole under one lock, and ``bitcast``.
 
 Any other cuTile operation raises :class:`InterpreterUnsupportedError` naming it.
 
 Blocks run one after another in the order of their ids, so this finds wrong indexing, padding
-and rounding, not races. Enable it with ``CUTILE_RMS_INTERPRET=1`` (read once, at import) or
-:func:`enable` / :func:`interpreting`; the public API then takes CPU tensors.
+and rounding, not races. A kernel that calls an atomic may wait for other blocks (the split
+kernels do), so its blocks run at once, one thread each. Enable it with
+``CUTILE_RMS_INTERPRET=1`` (read once, at import) or :func:`enable` / :func:`interpreting`; the public API then takes CPU tensors.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import itertools
 import math
 import os
 import threading
+import time
 import types
 import typing
 
@@ -433,6 +437,40 @@ def scatter(array, indices, value, *, mask=None, check_bounds=True, latency=None
     array._a[tuple(i[ok] for i in idx)] = vals[ok].astype(array._a.dtype)
 
 
+_ATOMIC_LOCK = threading.Lock()
+_ABORT = threading.Event()  # set when a block of a concurrent launch failed: its partners stop
+
+
+def _atomic(op, fn):
+    def atomic(array, indices, update, *, check_bounds=True, memory_order=None, memory_scope=None):
+        if _ABORT.is_set():
+            raise InterpreterError("another block of this launch failed")
+        idx, ok = _index_arrays(op, array, indices, None)
+        if not ok.all():
+            raise InterpreterError(f"ct.{op}: an index is out of bounds")
+        u = update if isinstance(update, Tile) else Tile(np.asarray(update), _literal_dtype(update, array.dtype))
+        at = tuple(idx)
+        with _ATOMIC_LOCK:
+            old = array._a[at].copy()
+            array._a[at] = fn(old, np.broadcast_to(u._a, old.shape).astype(array._a.dtype))
+        time.sleep(0)  # let a block this one may be waiting for run
+        return Tile(old, array.dtype)
+
+    atomic.__name__ = op
+    return atomic
+
+
+atomic_add = _atomic("atomic_add", lambda old, u: old + u)
+atomic_xchg = _atomic("atomic_xchg", lambda old, u: u)
+
+
+def bitcast(x, dtype):
+    a = x._a.view(_np_dtype(dtype))
+    if a.shape != x._a.shape:
+        raise InterpreterError(f"ct.bitcast: {x.dtype} and {dtype} differ in size")
+    return Tile(a, dtype)
+
+
 def _reduce(fn, x, axis, keepdims, name):
     """Reduce over `axis` by halves (every tile dim is a power of two), rounding each step to
     the tile's dtype, like a GPU's tree reduction in that dtype."""
@@ -553,10 +591,12 @@ _EMULATED = {
     "rsqrt": rsqrt, "sqrt": sqrt, "exp": exp, "log": log, "maximum": maximum, "minimum": minimum,
     "where": where, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "full": full, "zeros": zeros, "ones": ones, "arange": arange,
+    "atomic_add": atomic_add, "atomic_xchg": atomic_xchg, "bitcast": bitcast,
 }  # fmt: skip
 # Names that are values, not operations: the real objects serve.
-_PASSED_THROUGH = frozenset(("PaddingMode", "Constant", "ConstantAnnotation", "DType", "bfloat16", "float16",
-                             "float32", "float64", "int8", "int16", "int32", "int64", "bool_"))  # fmt: skip
+_PASSED_THROUGH = frozenset(("PaddingMode", "MemoryOrder", "MemoryScope", "Constant", "ConstantAnnotation", "DType",
+                             "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                             "bool_"))  # fmt: skip
 
 
 class _CtNamespace(types.ModuleType):
@@ -635,10 +675,46 @@ def launch(grid, kernel, args) -> None:
     if len(args) != len(consts):
         raise TypeError(f"{kernel._pyfunc.__name__} takes {len(consts)} arguments, got {len(args)}")
     kargs = [_kernel_arg(a, c) for a, c in zip(args, consts, strict=False)]
+    blocks = list(itertools.product(range(dims[0]), range(dims[1]), range(dims[2])))
+    if _uses_atomics(kernel._pyfunc):
+        _run_concurrently(fn, kargs, blocks, dims)
+        return
     _grid.dims = dims
     try:
-        for b in itertools.product(range(dims[0]), range(dims[1]), range(dims[2])):
+        for b in blocks:
             _grid.bid = b
             fn(*kargs)
     finally:
         _grid.bid, _grid.dims = (0, 0, 0), (1, 1, 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _uses_atomics(fn) -> bool:
+    """Whether fn, or a tile helper it calls, calls a ct.atomic_* operation."""
+    names = fn.__code__.co_names
+    if any(name.startswith("atomic_") for name in names):
+        return True
+    helpers = (fn.__globals__.get(name) for name in names)
+    return any(_uses_atomics(h.__wrapped__) for h in helpers if _is_tile_function(h))
+
+
+def _run_concurrently(fn, kargs, blocks, dims) -> None:
+    """Every block in its own thread, all at once (as the split kernels' blocks must run)."""
+    errors = []
+
+    def run(b):
+        _grid.bid, _grid.dims = b, dims
+        try:
+            fn(*kargs)
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+            errors.append(e)
+            _ABORT.set()
+
+    _ABORT.clear()
+    threads = [threading.Thread(target=run, args=(b,), daemon=True) for b in blocks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

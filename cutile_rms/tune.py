@@ -135,7 +135,7 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
         times = {}
         for cfg, us in r.ranked:
             if r.op.startswith("forward"):
-                plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent")
+                plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
 
                 def launch(i, s, plan=plan):
                     L.launch_forward(plan, xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, s)

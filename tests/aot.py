@@ -22,13 +22,14 @@ from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
 
-DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
+ARRAY_DTYPES = {**DTYPES, "int64": ct.int64}  # and the split kernels' slots
 F32 = ScalarConstraint(ct.float32)
 
 
 def arr(dtype_name: str, ndim: int) -> ArrayConstraint:
     return ArrayConstraint(
-        DTYPES[dtype_name], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
+        ARRAY_DTYPES[dtype_name], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
         may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
     )  # fmt: skip
 
@@ -55,6 +56,18 @@ def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
             *memory]  # fmt: skip
 
 
+def _fwd_split_params(x, w, tile_m, tile_n, splits, casting, store_rstd, memory=NO_MEMORY_KNOBS):
+    rstd = [arr("float32", 1)] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 2), F32, F32, tile_m, tile_n,
+            splits, C.next_pow2(splits), casting, w is not None, *memory]  # fmt: skip
+
+
+def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY_KNOBS):
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr(x, 2),
+            arr("float32", 2) if w else arr(x, 2), arr("int64", 2), F32, tile_m, tile_n, splits, C.next_pow2(splits),
+            w is not None, round_xhat, *memory]  # fmt: skip
+
+
 def _bwd_dot_params(x, w, tile_m, tile_n):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), F32,
             tile_m, tile_n, w is not None]  # fmt: skip
@@ -74,6 +87,12 @@ def _key(cfg):
 REP_FWD = C.DEFAULT_TABLE["forward"][4096]
 REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
+REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
+# Blocks per row the split kernels are compiled for at every planned split config (a table
+# entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
+# count compiled once at REP_SPLIT with every flag (a row that is not a multiple of the segment).
+SPLIT_COUNTS = (2, 4, 8)
+ODD_SPLIT = 3
 
 
 def jobs():
@@ -90,9 +109,20 @@ def jobs():
     dot_cfgs = sorted(planned["backward_dot"], key=_key)
     for x in DTYPES:
         for cfg, store in itertools.product(fwd_cfgs, (True, False)):
-            add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel(cfg.kernel, cfg.hints, store),
+            kernel = L.forward_kernel(cfg.kernel, cfg.hints, store)
+            if cfg.kernel == "split":
+                for splits in SPLIT_COUNTS:
+                    params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, store, cfg.memory)
+                    add(f"fwd {x} {cfg} split={splits} rstd={store}", kernel, params)
+                continue
+            add(f"fwd {x} {cfg} rstd={store}", kernel,
                 _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory))  # fmt: skip
         for cfg in bwd_cfgs:
+            if cfg.kernel == "split":
+                for splits in SPLIT_COUNTS:
+                    params = _bwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, x != "float32", cfg.memory)
+                    add(f"bwd {x} {cfg} split={splits}", L.backward_kernel("split", cfg.hints), params)
+                continue
             if cfg.kernel == "tile":
                 params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             else:
@@ -112,12 +142,18 @@ def jobs():
             add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
                 L.forward_kernel("chunked", ch.hints, store),
                 _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
+            sp = REP_SPLIT
+            add(f"fwd_split {x} w={w} cast={casting} rstd={store}", L.forward_kernel("split", sp.hints, store),
+                _fwd_split_params(x, w, sp.tile_m, sp.tile_n, ODD_SPLIT, casting, store, sp.memory))  # fmt: skip
         for w in weights:
             for round_xhat in (False,) if w is None or x == "float32" else (False, True):
                 add(f"bwd_tile {x} w={w} round={round_xhat}", L.backward_kernel("tile", b.hints),
                     _bwd_tile_params(x, w, b.tile_m, b.tile_n, round_xhat))  # fmt: skip
                 add(f"bwd_chunked {x} w={w} round={round_xhat}", L.backward_kernel("chunked", ch.hints),
                     _bwd_chunk_params(x, w, ch.tile_m, ch.tile_n, round_xhat))  # fmt: skip
+                add(f"bwd_split {x} w={w} round={round_xhat}", L.backward_kernel("split", REP_SPLIT.hints),
+                    _bwd_split_params(x, w, REP_SPLIT.tile_m, REP_SPLIT.tile_n, ODD_SPLIT, round_xhat,
+                                      REP_SPLIT.memory))  # fmt: skip
             add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
                 _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
             if w is not None:

@@ -140,6 +140,37 @@ def test_h200_plans_come_from_the_shipped_table():
             )  # fmt: skip
 
 
+def test_split_plans_on_the_h200():
+    """fp32 long rows take the shipped split entries: the grid is whole groups of `splits`
+    blocks, no more groups than row tiles nor blocks than SMs x blocks per SM, and the slots
+    cover whole row tiles with a power-of-two width."""
+    for m, n in ((1024, 65536), (100, 20000), (3, 65536), (4096, 32768)):
+        p = C.plan_forward(m, n, 132, elem_size=4, device_key=H200)
+        assert p.kernel == "split" and p.mode == "persistent"
+        assert p.splits == -(-n // p.tile_n) >= 2
+        groups, rem = divmod(p.grid, p.splits)
+        assert rem == 0 and 1 <= groups <= -(-m // p.tile_m) and p.grid <= 132 * p.occupancy
+        assert p.slots == (-(-m // p.tile_m) * p.tile_m, C.next_pow2(p.splits))
+    assert C.plan_forward(100, 20000, 132, elem_size=4, device_key=H200).slots[1] == 4  # 3 segments
+    b = C.plan_backward(4096, 16384, 132, elem_size=4, device_key=H200)
+    assert (b.kernel, b.num_chunks, b.slots) == ("split", 2, (4096, 2)) and not b.needs_row_dot
+    assert b.partial_rows * b.num_chunks <= 132 * b.hints[0]
+
+
+def test_split_falls_back_where_it_cannot_run():
+    """No split plan for callers without the split kernels, nor on a GPU with fewer SMs than
+    blocks per row (they must all run at once): the bucket's default serves. A row that fits
+    one segment takes the tile kernel."""
+    default = C.DEFAULT_TABLE["forward"][65536]
+    for p in (C.plan_forward(1024, 65536, 132, elem_size=4, device_key=H200, allow_split=False),
+              C.plan_forward(1024, 65536, 4, elem_size=4, device_key=H200)):  # fmt: skip
+        assert (p.kernel, p.tile_n) == (default.kernel, default.tile_n)
+    p = C.plan_backward(1024, 65536, 132, elem_size=4, device_key=H200, allow_split=False)
+    assert p.kernel == C.DEFAULT_TABLE["backward"][65536].kernel
+    assert C.fit_to_row(C.split(1, 8192, 2), 6000, "forward") == C.tile(1, 8192, 2)
+    assert C.split_count(65536, 8192) == 8 and C.split_count(20000, 8192) == 3
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "CACHE_DIR", tmp_path)

@@ -42,13 +42,15 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=N
     y = nan_like((m, n), x.dtype, dev)
     rstd = nan_like((m,), torch.float32, dev)
     fplan, plan = plans or (forward_plan(x, mode, info), backward_plan(x, info))
-    launch_forward(fplan, x, w, y, rstd, eps, offset, code, stream)
+    zeros = lambda shape: torch.zeros(shape, dtype=torch.int64, device=dev)  # noqa: E731
+    launch_forward(fplan, x, w, y, rstd, eps, offset, code, stream, zeros(fplan.slots) if fplan.slots else None)
 
     dx = nan_like((m, n), x.dtype, dev)
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
     partial = None if w is None else nan_like((plan.partial_rows, n), torch.float32, dev)
     row_dot = nan_like((m,), torch.float32, dev) if plan.needs_row_dot else None
-    launch_backward(plan, x, dy, w, rstd, dx, dw, partial, row_dot, offset, code, stream)
+    slots = zeros(plan.slots) if plan.slots else None
+    launch_backward(plan, x, dy, w, rstd, dx, dw, partial, row_dot, offset, code, stream, slots)
     _sync(dev)
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
@@ -125,8 +127,11 @@ CONFIG_KINDS = [
     (C.chunked(4, 512, 8, 4), C.chunked(4, 128, 2, 8), C.chunked(2, 512, 1, 8)),
     (C.tile(1, 1024, 2, tma_store=False, latency=1), C.tile(2, 1024, 1, 8, tma_store=False), C.chunked(1, 1024, 1)),
     (C.chunked(1, 256, 2, tma_store=False), C.chunked(2, 256, 1, tma_store=False, latency=2), C.chunked(2, 256, 1)),
+    (C.split(2, 256, 1), C.split(1, 512, 2, 8, tma_store=False), C.chunked(1, 1024, 1)),
+    (C.split(1, 128, 2, latency=1), C.split(4, 128, 1), C.chunked(1, 1024, 1)),
 ]
-CONFIG_KIND_IDS = ["tile", "chunked-2rows", "chunked-4rows", "tile-no-tma-store", "chunked-no-tma-store"]
+CONFIG_KIND_IDS = ["tile", "chunked-2rows", "chunked-4rows", "tile-no-tma-store", "chunked-no-tma-store", "split",
+                   "split-8-ways"]  # fmt: skip
 
 
 @pytest.mark.parametrize("cfgs", CONFIG_KINDS, ids=CONFIG_KIND_IDS)
@@ -136,8 +141,20 @@ def test_tunable_configs(dev, dtype, has_weight, offset, cfgs, gen):
     m, n = 301, 1000
     sms = launch_target(torch.device(dev))[1].num_sms
     fcfg, bcfg, dot = cfgs
-    plans = (C.forward_plan_from(fcfg, m, sms, "persistent"), C.backward_plan_from(bcfg, dot, m, n, sms))
+    plans = (C.forward_plan_from(fcfg, m, sms, "persistent", n), C.backward_plan_from(bcfg, dot, m, n, sms))
     check_variant(dev, (m, n), dtype, None, "llama", has_weight, offset, gen, plans=plans)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_rows_with_a_partial_last_segment(dev, dtype, gen):
+    """700-wide rows in 256-wide segments: 3 blocks per row (slots 4 wide, one unused), the
+    last segment 188 wide; 45 rows in 2-row tiles leave the last tile half empty."""
+    m, n = 45, 700
+    sms = launch_target(torch.device(dev))[1].num_sms
+    cfg = C.split(2, 256, 1)
+    plans = (C.forward_plan_from(cfg, m, sms, "persistent", n), C.backward_plan_from(cfg, cfg, m, n, sms))
+    assert plans[0].splits == plans[1].num_chunks == 3 and plans[0].slots[1] == 4
+    check_variant(dev, (m, n), dtype, None, "llama", True, 0.0, gen, plans=plans)
 
 
 # ------------------------------------------------------------------------------------------

@@ -164,7 +164,7 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
     w = w if has_weight else x
 
     def plan(cfg):
-        return C.forward_plan_from(cfg, m, num_sms, "persistent")
+        return C.forward_plan_from(cfg, m, num_sms, "persistent", n)
 
     def args(cfg):
         p = plan(cfg)

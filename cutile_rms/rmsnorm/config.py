@@ -35,7 +35,14 @@ __all__ = [
 ]
 
 MODES = ("persistent", "gather")
-KERNELS = ("tile", "chunked")
+KERNELS = ("tile", "chunked", "split")
+
+# Split rows (kernel "split"): a row of n elements is shared by cdiv(n, tile_n) blocks, 2 to
+# MAX_SPLIT of them, that exchange partial sums through global memory while they all run. A
+# group of partners must fit on the GPU at once, so a split plan needs split <= SMs x blocks per
+# SM; where it does not fit, or where the caller cannot run split kernels, the plan falls back
+# to the architecture-neutral default for the row bucket.
+MAX_SPLIT = 16
 
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
@@ -57,7 +64,8 @@ class KernelConfig:
     """One tuning-table entry.
 
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
-    chunks of tile_n, tile_m rows at a time. blocks_per_sm sets the grid (SMs x blocks_per_sm,
+    chunks of tile_n, tile_m rows at a time; "split": each row is shared by cdiv(n, tile_n)
+    blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above). blocks_per_sm sets the grid (SMs x blocks_per_sm,
     trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none).
@@ -103,6 +111,15 @@ def tile(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
 
 def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
     return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps, **memory)
+
+
+def split(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
+    return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **memory)
+
+
+def split_count(n: int, tile_n: int) -> int:
+    """Blocks that share a row of n elements in tile_n-wide segments."""
+    return -(-n // tile_n)
 
 
 SMALLEST_BUCKET = 512
@@ -187,15 +204,22 @@ def table_op(op: str, m: int | None) -> str:
     return f"{op}{FEW_ROWS_SUFFIX}" if m is not None and m <= FEW_ROWS else op
 
 
-def kernel_config(op: str, n: int, elem_size: int, device_key: str | None, m: int | None = None) -> KernelConfig:
+def kernel_config(
+    op: str, n: int, elem_size: int, device_key: str | None, m: int | None = None, split_blocks: int = 0
+) -> KernelConfig:
     """The config for rows of n elements (m of them, if known): the table entry of n's bucket
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
-    bucket."""
+    bucket. A split config is kept only if its blocks per row are at most split_blocks (the
+    blocks that can run at once on the GPU; 0: the caller runs no split kernels); otherwise
+    the bucket's default serves."""
     b = bucket(n)
     keys = dict.fromkeys((table_key(n), b))  # the exact length first, then its bucket
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
-    return fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
+    cfg = fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
+    if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
+        return fit_to_row(DEFAULT_TABLE[op][b], n, op)
+    return cfg
 
 
 def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
@@ -207,6 +231,8 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
         return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n)
     if cfg.kernel == "chunked" and cfg.tile_n > row_n:
         return dataclasses.replace(cfg, tile_n=row_n)
+    if cfg.kernel == "split" and split_count(n, cfg.tile_n) == 1:  # the row fits one segment
+        return dataclasses.replace(cfg, kernel="tile", tile_n=row_n)
     return cfg
 
 
@@ -222,15 +248,34 @@ def grid_size(m: int, tile_m: int, blocks_per_sm: int, num_sms: int) -> int:
     return max(1, min(-(-m // tile_m), num_sms * blocks_per_sm))
 
 
+def split_groups(m: int, tile_m: int, splits: int, blocks_per_sm: int, num_sms: int) -> int:
+    """Groups of a split grid (grid = groups x splits): as many as fit SMs x blocks per SM,
+    never more than the row tiles (every group must own one)."""
+    return max(1, min(-(-m // tile_m), (num_sms * blocks_per_sm) // splits))
+
+
+def split_blocks(num_sms: int) -> int:
+    """The most blocks of one split group a plan may ask to run at once: one per SM."""
+    return min(MAX_SPLIT, num_sms)
+
+
+def slots_shape(m: int, tile_m: int, splits: int) -> tuple[int, int]:
+    """The split kernels' int64 workspace, zeroed before each launch: one slot per (row, split)
+    for whole row tiles, its width rounded up to a power of two (the kernels read it as one
+    tile)."""
+    return (-(-m // tile_m) * tile_m, next_pow2(splits))
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward
 
 
 @dataclass(frozen=True)
 class ForwardPlan:
-    """What the forward launcher runs: kernel ("tile" or "chunked"), tile shape, 1-D grid, the
-    kernel's compiler hints (occupancy, worker warps) and its memory constants (TMA_STORE,
-    LATENCY: see KernelConfig)."""
+    """What the forward launcher runs: kernel ("tile", "chunked" or "split"), tile shape, 1-D
+    grid, the kernel's compiler hints (occupancy, worker warps), its memory constants
+    (TMA_STORE, LATENCY: see KernelConfig) and, for "split", the blocks per row (the grid is a
+    multiple of it) and the shape of the zeroed int64 workspace it needs."""
 
     mode: str
     kernel: str
@@ -240,13 +285,22 @@ class ForwardPlan:
     occupancy: int
     warps: int | None = None
     memory: tuple = (True, 0)
+    splits: int = 1
+    slots: tuple = ()
 
     @property
     def hints(self) -> tuple:
         return (self.occupancy, self.warps)
 
 
-def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str) -> ForwardPlan:
+def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int) -> ForwardPlan:
+    """The forward plan of a config for an (m, n) input."""
+    if cfg.kernel == "split":
+        splits = split_count(n, cfg.tile_n)
+        tile_m = fill_sms(cfg.tile_m, m, max(1, num_sms // splits))
+        grid = splits * split_groups(m, tile_m, splits, cfg.blocks_per_sm, num_sms)
+        return ForwardPlan(mode, "split", tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory, splits,
+                           slots_shape(m, tile_m, splits))  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory)
@@ -254,22 +308,30 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str) -> For
 
 @functools.lru_cache(maxsize=1024)
 def plan_forward(
-    m: int, n: int, num_sms: int, mode: str | None = None, *, elem_size: int = 2, device_key: str | None = None
+    m: int,
+    n: int,
+    num_sms: int,
+    mode: str | None = None,
+    *,
+    elem_size: int = 2,
+    device_key: str | None = None,
+    allow_split: bool = True,
 ) -> ForwardPlan:
     """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
     on a GPU with num_sms SMs (device_key: see tables.lookup; None: defaults only).
 
     mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
-    table's chunked config); "gather" always takes the fixed GATHER config.
+    table's chunked or split config); "gather" always takes the fixed GATHER config.
+    allow_split=False (a caller without the split kernels) never plans a split kernel.
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     if mode == "gather":
-        return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode)
-    cfg = kernel_config("forward", n, elem_size, device_key, m)
+        return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode, n)
+    cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
     if mode is None:
-        mode = "persistent" if cfg.kernel == "tile" else "gather"
-    return forward_plan_from(cfg, m, num_sms, mode)
+        mode = "gather" if cfg.kernel == "chunked" else "persistent"
+    return forward_plan_from(cfg, m, num_sms, mode, n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +352,8 @@ class BackwardPlan:
     kernel "chunked": a row-dot kernel (grid = (dot_grid,), tile dot_tile_m x dot_tile_n,
     hints dot_hints) that writes c per row into an (m,) fp32 workspace, then a 2-D kernel over
     (partial_rows, num_chunks).
+    kernel "split": one kernel over partial_rows x num_chunks blocks (1-D grid; num_chunks
+    blocks share each row), with a zeroed int64 workspace of shape `slots`.
     Either way dW partials land in a (partial_rows, n) fp32 workspace, reduced by dw_reduce
     on reduce_grid blocks.
     """
@@ -306,6 +370,7 @@ class BackwardPlan:
     dot_grid: int = 0
     dot_hints: tuple = (1, None)
     memory: tuple = (True, 0)
+    slots: tuple = ()
 
     @property
     def needs_row_dot(self) -> bool:
@@ -327,6 +392,12 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
         grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
         return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
+    if cfg.kernel == "split":
+        splits = split_count(n, cfg.tile_n)
+        tile_m = fill_sms(cfg.tile_m, m, max(1, num_sms // splits))
+        groups = split_groups(m, tile_m, splits, cfg.blocks_per_sm, num_sms)
+        return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, reduce_grid, memory=cfg.memory,
+                            slots=slots_shape(m, tile_m, splits))  # fmt: skip
     groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
     dot_m = fill_sms(dot.tile_m, m, num_sms)
     dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)
@@ -337,9 +408,12 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
 
 
 @functools.lru_cache(maxsize=1024)
-def plan_backward(m: int, n: int, num_sms: int, *, elem_size: int = 2, device_key: str | None = None) -> BackwardPlan:
-    """Choose the backward kernels, tiles and grids for an (m, n) problem."""
-    cfg = kernel_config("backward", n, elem_size, device_key, m)
+def plan_backward(
+    m: int, n: int, num_sms: int, *, elem_size: int = 2, device_key: str | None = None, allow_split: bool = True
+) -> BackwardPlan:
+    """Choose the backward kernels, tiles and grids for an (m, n) problem (allow_split: see
+    plan_forward)."""
+    cfg = kernel_config("backward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
     dot = kernel_config("backward_dot", n, elem_size, device_key, m)
     return backward_plan_from(cfg, dot, m, n, num_sms)
 

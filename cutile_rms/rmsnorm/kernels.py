@@ -18,6 +18,11 @@ Tiles are loaded with zero padding wherever padded lanes feed a reduction: padde
 0 to the sum of squares, padded rows have x = 0 (and, in the backward, rstd = 0 and dy = 0), so
 they add nothing to c or to dW, and their stores fall out of bounds and are dropped.
 
+Rows too long for one block's registers can be split across SPLIT cooperating blocks (the
+"split" kernels): each holds one TILE_N-wide column segment of a row tile and they exchange
+their per-row partial sums through global memory (see ``_publish``). That keeps the one pass
+over memory of the tile kernels where the chunked kernels read every row twice.
+
 Two memory knobs are compile-time constants chosen per tuning-table entry (config.py): LATENCY,
 the latency hint of the row-tile loads (0: none, the compiler infers it), and TMA_STORE, which
 lets the compiler store row tiles through TMA (True) or forbids it (False: plain stores, which
@@ -222,6 +227,138 @@ def _fwd_chunked_rows(
             _store_tile(y, i, j, ct.astype(yt, y.dtype), TMA_STORE, True)
         if STORE_RSTD:
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
+
+
+# Split rows. A block publishes the partial sums of its segment of a row tile as one int64
+# slot per row, SLOT_FLAG | the fp32 bits, with a relaxed atomic exchange: the value carries
+# its own ready flag, so no fence has to order it after the block's other writes (a fenced
+# counter cost 1.5-2 us per row tile on the H200, bench/NOTES.md). The slots start at zero
+# (allocated zeroed for every launch) and each is written once per launch.
+SLOT_FLAG = 1 << 32
+SLOT_BITS = (1 << 32) - 1
+_RELAXED = ct.MemoryOrder.RELAXED
+_DEVICE = ct.MemoryScope.DEVICE
+
+
+@ct.function
+def _slot_rows(i, TILE_M: ct.Constant[int]):
+    return ct.reshape(ct.arange(TILE_M, dtype=ct.int32) + i * TILE_M, (TILE_M, 1))
+
+
+@ct.function
+def _publish(slots, i, s, part, TILE_M: ct.Constant[int]):
+    """Publishes part ((TILE_M, 1) fp32, this block's partial sums for row tile i) into
+    column s of the slots."""
+    bits = ct.astype(ct.bitcast(part, ct.int32), ct.int64) & ct.full((TILE_M, 1), SLOT_BITS, dtype=ct.int64)
+    flagged = bits | ct.full((TILE_M, 1), SLOT_FLAG, dtype=ct.int64)
+    ct.atomic_xchg(slots, (_slot_rows(i, TILE_M), s), flagged, memory_order=_RELAXED, memory_scope=_DEVICE)
+
+
+@ct.function
+def _split_total(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
+    """Waits until all SPLIT partners have published row tile i and returns the (TILE_M, 1)
+    sum of their partials, added in column order: every partner gets the same bits. Columns
+    SPLIT..SLOTS_W-1 (SLOTS_W: SPLIT rounded up to a power of two) count as published zeros.
+    The polls are atomic reads (an add of 0), which always reach L2."""
+    rows = _slot_rows(i, TILE_M)
+    cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
+    nothing = ct.zeros((TILE_M, SLOTS_W), dtype=ct.int64)
+    unused = ct.full((TILE_M, SLOTS_W), SLOT_FLAG, dtype=ct.int64)
+    got = ct.where(cols < SPLIT, ct.atomic_add(slots, (rows, cols), nothing, memory_order=_RELAXED,
+                                               memory_scope=_DEVICE), unused)  # fmt: skip
+    while ct.min(got) < SLOT_FLAG:
+        got = ct.where(cols < SPLIT, ct.atomic_add(slots, (rows, cols), nothing, memory_order=_RELAXED,
+                                                   memory_scope=_DEVICE), unused)  # fmt: skip
+    bits = ct.astype(got & ct.full((TILE_M, SLOTS_W), SLOT_BITS, dtype=ct.int64), ct.int32)
+    return ct.sum(ct.bitcast(bits, ct.float32), axis=1, keepdims=True)
+
+
+@ct.function
+def _fwd_split_rows(
+    x,
+    w,
+    y,
+    rstd_out,
+    slots,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    SPLIT: ct.Constant[int],
+    SLOTS_W: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Forward with each row split across SPLIT blocks (N <= SPLIT x TILE_N).
+
+    Block b takes column segment s = b % SPLIT of the row tiles g, g + G, g + 2G, ... (g = b //
+    SPLIT, G = grid / SPLIT): the SPLIT blocks of a group walk the same row tiles in step,
+    exchange their sums of squares (_publish, _split_total) and each normalizes its segment.
+    The grid must be a multiple of SPLIT with every group owning at least one row tile, and
+    all blocks of a group must be able to run at once (config.py plans such grids).
+    """
+    n = x.shape[1]
+    s = ct.bid(0) % SPLIT
+    g = ct.bid(0) // SPLIT
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    wp = _weight_row(w, s, offset, TILE_N, HAS_WEIGHT)
+    for i in range(g, num_row_tiles, ct.num_blocks(0) // SPLIT):
+        xt = _load_tile(x, i, s, TILE_M, TILE_N, LATENCY)
+        xf = ct.astype(xt, ct.float32)
+        _publish(slots, i, s, ct.sum(xf * xf, axis=1, keepdims=True), TILE_M)
+        rstd = ct.rsqrt(_split_total(slots, i, SPLIT, SLOTS_W, TILE_M) / n + eps)
+        _store_tile(y, i, s, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE, True)
+        if STORE_RSTD:  # noqa: SIM102 (a compile-time flag, then a runtime test)
+            if s == 0:
+                ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
+
+
+@ct.kernel
+def rms_fwd_split(
+    x,
+    w,
+    y,
+    rstd_out,
+    slots,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    SPLIT: ct.Constant[int],
+    SLOTS_W: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Split-row forward that stores rstd (see _fwd_split_rows)."""
+    _fwd_split_rows(x, w, y, rstd_out, slots, eps, offset, TILE_M, TILE_N, SPLIT, SLOTS_W, CASTING, HAS_WEIGHT, True,
+                    TMA_STORE, LATENCY)  # fmt: skip
+
+
+@ct.kernel
+def rms_fwd_split_infer(
+    x,
+    w,
+    y,
+    slots,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    SPLIT: ct.Constant[int],
+    SLOTS_W: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Split-row forward without rstd (inference)."""
+    _fwd_split_rows(x, w, y, y, slots, eps, offset, TILE_M, TILE_N, SPLIT, SLOTS_W, CASTING, HAS_WEIGHT, False,
+                    TMA_STORE, LATENCY)  # fmt: skip
 
 
 # Each forward comes as two kernels: the training one stores rstd; the inference one has no
@@ -481,6 +618,52 @@ def rms_bwd_chunked(
     """Chunked backward's second step (see _bwd_chunk_cols)."""
     _bwd_chunk_cols(x, dy, dy, w, rstd_in, c_in, dx, dx, dw_partial, offset, TILE_M, TILE_N, HAS_WEIGHT, ROUND_XHAT,
                     False, False, TMA_STORE, LATENCY)  # fmt: skip
+
+
+@ct.kernel
+def rms_bwd_split(
+    x,
+    dy,
+    w,
+    rstd_in,
+    dx,
+    dw_partial,
+    slots,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    SPLIT: ct.Constant[int],
+    SLOTS_W: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    ROUND_XHAT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Backward with each row split across SPLIT blocks (see _fwd_split_rows for the layout).
+
+    The partners exchange their partial sums of wdy * xhat to form c; each block writes dx for
+    its segment and accumulates its segment of dW in a (1, TILE_N) fp32 tile, stored once to
+    dw_partial[g, segment s] (dw_partial: grid / SPLIT rows x N).
+    """
+    n = x.shape[1]
+    s = ct.bid(0) % SPLIT
+    g = ct.bid(0) // SPLIT
+    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    wp = _weight_row(w, s, offset, TILE_N, HAS_WEIGHT)
+    dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
+    for i in range(g, num_row_tiles, ct.num_blocks(0) // SPLIT):
+        xf = ct.astype(_load_tile(x, i, s, TILE_M, TILE_N, LATENCY), ct.float32)
+        dyf = ct.astype(_load_tile(dy, i, s, TILE_M, TILE_N, LATENCY), ct.float32)
+        rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
+        xhat = xf * rstd
+        wdy = dyf * wp
+        _publish(slots, i, s, ct.sum(wdy * xhat, axis=1, keepdims=True), TILE_M)
+        if HAS_WEIGHT:  # needs no c: done while the partners catch up
+            dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
+        c = _split_total(slots, i, SPLIT, SLOTS_W, TILE_M) / n
+        _store_tile(dx, i, s, ct.astype((wdy - xhat * c) * rstd, dx.dtype), TMA_STORE, True)
+    if HAS_WEIGHT:
+        ct.store(dw_partial, (g, s), dw_acc)
 
 
 @ct.kernel

@@ -6,6 +6,10 @@ plan from :mod:`cutile_rms.rmsnorm.config`. Nothing here allocates or synchroniz
 
 Absent optional arrays (no weight, no rstd to store, no dW workspace) are replaced by ``x`` as
 a placeholder: the kernels' compile-time flags remove every access to them.
+
+Workspaces come from the caller: ``empty_f32(shape)`` (fp32, contents ignored) for the
+backward's dW partials and row dots, ``zeros_i64(shape)`` (int64, zero-filled for every launch)
+for the split kernels' slots.
 """
 
 import threading
@@ -65,11 +69,14 @@ _FORWARD = {
     ("tile", False): HintVariants(K.rms_fwd_tile_infer),
     ("chunked", True): HintVariants(K.rms_fwd_chunked),
     ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
+    ("split", True): HintVariants(K.rms_fwd_split),
+    ("split", False): HintVariants(K.rms_fwd_split_infer),
 }
 _BACKWARD = {
     "tile": HintVariants(K.rms_bwd_tile),
     "chunked": HintVariants(K.rms_bwd_chunked),
     "row_dot": HintVariants(K.rms_bwd_row_dot),
+    "split": HintVariants(K.rms_bwd_split),
 }
 
 
@@ -106,28 +113,39 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
 
 
 def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
-    """The forward kernel object of a kind ("tile" or "chunked") and hints (occupancy, warps),
-    with or without the rstd store."""
+    """The forward kernel object of a kind ("tile", "chunked" or "split") and hints
+    (occupancy, warps), with or without the rstd store."""
     return _FORWARD[kind, store_rstd][hints]
 
 
 def backward_kernel(kind: str, hints: tuple):
-    """The backward kernel object of a kind ("tile", "chunked" or "row_dot") and hints."""
+    """The backward kernel object of a kind ("tile", "chunked", "row_dot" or "split") and
+    hints."""
     return _BACKWARD[kind][hints]
 
 
-def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream):
+def _split_consts(splits: int, slots_shape: tuple) -> tuple:
+    """The split kernels' SPLIT and SLOTS_W constants."""
+    return (splits, slots_shape[1])
+
+
+def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream, slots=None):
     """y = rms_norm(x) * (offset + weight); rstd (m,) fp32 is stored unless it is None.
 
-    x, y: (m, n) arrays with unit stride along n; weight: (n,) or None.
+    x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
+    plan, a zero-filled int64 array of shape plan.slots (ignored otherwise).
     """
     has_weight = weight is not None
     w = weight if has_weight else x
-    consts = (plan.tile_m, plan.tile_n, casting, has_weight, *plan.memory)
+    tiles = (plan.tile_m, plan.tile_n)
+    if plan.kernel == "split":
+        tiles += _split_consts(plan.splits, plan.slots)
+    consts = (*tiles, casting, has_weight, *plan.memory)
+    extra = (slots,) if plan.kernel == "split" else ()
     if rstd is None:
-        args = (x, w, y, float(eps), float(offset), *consts)
+        args = (x, w, y, *extra, float(eps), float(offset), *consts)
     else:
-        args = (x, w, y, rstd, float(eps), float(offset), *consts)
+        args = (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
     launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
 
 
@@ -144,12 +162,14 @@ def launch_backward(
     offset: float,
     casting: int,
     stream,
+    slots=None,
 ):
     """dx (and dw unless weight is None) of y = rms_norm(x) * (offset + weight).
 
-    Workspaces (fp32, allocated by the caller, contents ignored): dw_partial of shape
-    (plan.partial_rows, n) when there is a weight, row_dot of shape (m,) when
-    plan.needs_row_dot. dw has weight's shape and dtype.
+    Workspaces (allocated by the caller): dw_partial (fp32, contents ignored) of shape
+    (plan.partial_rows, n) when there is a weight, row_dot (fp32) of shape (m,) when
+    plan.needs_row_dot, slots (int64, zero-filled) of shape plan.slots for a split plan.
+    dw has weight's shape and dtype.
     """
     has_weight = weight is not None
     w = weight if has_weight else x
@@ -160,6 +180,10 @@ def launch_backward(
         args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
                 *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows,), kernel, args)
+    elif plan.kernel == "split":
+        args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,
+                *_split_consts(plan.num_chunks, plan.slots), has_weight, round_xhat, *plan.memory)  # fmt: skip
+        launch(stream, (plan.partial_rows * plan.num_chunks,), _BACKWARD["split"][plan.hints], args)
     else:
         dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
         launch(stream, (plan.dot_grid,), _BACKWARD["row_dot"][plan.dot_hints], dot_args)
@@ -170,29 +194,42 @@ def launch_backward(
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
-def forward_plan(x, mode, device) -> ForwardPlan:
+def forward_plan(x, mode, device, allow_split: bool = True) -> ForwardPlan:
     """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
-    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=device.key)
+    key = device.key
+    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
 
 
-def backward_plan(x, device) -> BackwardPlan:
+def backward_plan(x, device, allow_split: bool = True) -> BackwardPlan:
     m, n = x.shape
-    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=device.key)
+    key = device.key
+    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
 
 
-def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream):
+def _slots(plan, zeros_i64):
+    if plan.kernel != "split":
+        return None
+    if zeros_i64 is None:
+        raise ValueError("a split plan needs a zeros_i64 workspace allocator")
+    return zeros_i64(plan.slots)
+
+
+def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, zeros_i64=None):
     """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
-    _device.DeviceInfo); see :func:`launch_forward`."""
-    launch_forward(forward_plan(x, mode, device), x, weight, y, rstd, eps, offset, casting, stream)
+    _device.DeviceInfo); see :func:`launch_forward`. zeros_i64(shape) allocates the split
+    kernels' zeroed workspace on x's device (None: plans that need it fall back to others)."""
+    plan = forward_plan(x, mode, device, allow_split=zeros_i64 is not None)
+    launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, zeros_i64))
 
 
-def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream):
+def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, zeros_i64=None):
     """Plan the backward for (m, n) arrays (m > 0) on a device, allocate its fp32 workspaces
     with ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
     :func:`launch_backward`."""
     m, n = x.shape
-    plan = backward_plan(x, device)
+    plan = backward_plan(x, device, allow_split=zeros_i64 is not None)
     dw_partial = None if weight is None else empty_f32((plan.partial_rows, n))
     row_dot = empty_f32((m,)) if plan.needs_row_dot else None
-    launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream)
+    launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream,
+                    _slots(plan, zeros_i64))  # fmt: skip

@@ -94,18 +94,18 @@ def launch_target(device: torch.device):
     return _target(_current_device() if device.index is None else device.index)
 
 
-def launch_on_device(x: torch.Tensor, run, *args) -> None:
-    """``run(*args, device_info, stream)`` on x's device and its current stream, with that
-    device made current if it is not (ct.launch launches into the current context)."""
+def launch_on_device(x: torch.Tensor, run, *args, **kwargs) -> None:
+    """``run(*args, device_info, stream, **kwargs)`` on x's device and its current stream, with
+    that device made current if it is not (ct.launch launches into the current context)."""
     index = x.get_device()  # -1 on the CPU (interpret mode)
     if index < 0 and not interpret.is_enabled():  # reached only by calling torch.ops.cutile_rms.* directly
         raise ValueError(f"cutile_rms kernels run on CUDA tensors (or CPU ones in interpret mode), got {x.device}")
     stream, info = _target(index)
     if index < 0 or index == _current_device():
-        run(*args, info, stream)
+        run(*args, info, stream, **kwargs)
     else:
         with torch.cuda.device(index):
-            run(*args, info, stream)
+            run(*args, info, stream, **kwargs)
 
 
 def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -134,6 +134,11 @@ def as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return t if t.dim() == 2 else t.view(m, n)
 
 
+def _zeros_i64(x):
+    """The split kernels' workspace allocator (zero-filled int64 on x's device)."""
+    return lambda shape: torch.zeros(shape, dtype=torch.int64, device=x.device)
+
+
 def forward(x, weight, eps, offset, casting, mode, store_rstd):
     """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
     fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False."""
@@ -144,7 +149,8 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
     if m:
         r = None if rstd is None else (rstd if rstd.dim() == 1 else rstd.view(m))
-        launch_on_device(x, run_forward, x2, unit_stride(weight), as_rows(y, m, n), r, eps, offset, casting, mode)
+        launch_on_device(x, run_forward, x2, unit_stride(weight), as_rows(y, m, n), r, eps, offset, casting, mode,
+                         zeros_i64=_zeros_i64(x))  # fmt: skip
     return y, rstd
 
 
@@ -167,5 +173,5 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
 
     r = rstd.detach().reshape(m)
     args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
-    launch_on_device(x, run_backward, *args, empty_f32)
+    launch_on_device(x, run_backward, *args, empty_f32, zeros_i64=_zeros_i64(x))
     return dx, dw
