@@ -25,7 +25,8 @@ Any other cuTile operation raises :class:`InterpreterUnsupportedError` naming it
 Blocks run one after another in the order of their ids, so this finds wrong indexing, padding
 and rounding, not races. A kernel that calls an atomic may wait for other blocks (the split
 kernels do), so its blocks run at once, one thread each. Enable it with
-``CUTILE_RMS_INTERPRET=1`` (read once, at import) or :func:`enable` / :func:`interpreting`; the public API then takes CPU tensors.
+``CUTILE_RMS_INTERPRET=1`` (read once, at import) or :func:`enable` / :func:`interpreting`; the
+public API then takes CPU tensors.
 """
 
 from __future__ import annotations
