@@ -65,8 +65,8 @@ class KernelConfig:
 
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
     chunks of tile_n, tile_m rows at a time; "split": each row is shared by cdiv(n, tile_n)
-    blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above). blocks_per_sm sets the grid (SMs x blocks_per_sm,
-    trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
+    blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above). blocks_per_sm sets the
+    grid (SMs x blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none).
     """
@@ -266,6 +266,15 @@ def slots_shape(m: int, tile_m: int, splits: int) -> tuple[int, int]:
     return (-(-m // tile_m) * tile_m, next_pow2(splits))
 
 
+def split_layout(cfg: KernelConfig, m: int, n: int, num_sms: int) -> tuple:
+    """(blocks per row, rows per tile, groups, slots shape) of a split config for an (m, n)
+    problem: the grid is groups x blocks per row, forward and backward alike."""
+    splits = split_count(n, cfg.tile_n)
+    tile_m = fill_sms(cfg.tile_m, m, max(1, num_sms // splits))
+    groups = split_groups(m, tile_m, splits, cfg.blocks_per_sm, num_sms)
+    return splits, tile_m, groups, slots_shape(m, tile_m, splits)
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward
 
@@ -296,11 +305,9 @@ class ForwardPlan:
 def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int) -> ForwardPlan:
     """The forward plan of a config for an (m, n) input."""
     if cfg.kernel == "split":
-        splits = split_count(n, cfg.tile_n)
-        tile_m = fill_sms(cfg.tile_m, m, max(1, num_sms // splits))
-        grid = splits * split_groups(m, tile_m, splits, cfg.blocks_per_sm, num_sms)
-        return ForwardPlan(mode, "split", tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory, splits,
-                           slots_shape(m, tile_m, splits))  # fmt: skip
+        splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
+        return ForwardPlan(mode, "split", tile_m, cfg.tile_n, splits * groups, cfg.blocks_per_sm, cfg.warps, cfg.memory,
+                           splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory)
@@ -393,11 +400,9 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
         grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
         return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
     if cfg.kernel == "split":
-        splits = split_count(n, cfg.tile_n)
-        tile_m = fill_sms(cfg.tile_m, m, max(1, num_sms // splits))
-        groups = split_groups(m, tile_m, splits, cfg.blocks_per_sm, num_sms)
+        splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
         return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, reduce_grid, memory=cfg.memory,
-                            slots=slots_shape(m, tile_m, splits))  # fmt: skip
+                            slots=slots)  # fmt: skip
     groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
     dot_m = fill_sms(dot.tile_m, m, num_sms)
     dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)

@@ -255,20 +255,23 @@ def _publish(slots, i, s, part, TILE_M: ct.Constant[int]):
 
 
 @ct.function
+def _read_slots(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
+    """Row tile i's (TILE_M, SLOTS_W) slots, by an atomic add of 0 (always read from L2);
+    columns past SPLIT read as published."""
+    cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
+    nothing = ct.zeros((TILE_M, SLOTS_W), dtype=ct.int64)
+    got = ct.atomic_add(slots, (_slot_rows(i, TILE_M), cols), nothing, memory_order=_RELAXED, memory_scope=_DEVICE)
+    return ct.where(cols < SPLIT, got, ct.full((TILE_M, SLOTS_W), SLOT_FLAG, dtype=ct.int64))
+
+
+@ct.function
 def _split_total(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     """Waits until all SPLIT partners have published row tile i and returns the (TILE_M, 1)
     sum of their partials, added in column order: every partner gets the same bits. Columns
-    SPLIT..SLOTS_W-1 (SLOTS_W: SPLIT rounded up to a power of two) count as published zeros.
-    The polls are atomic reads (an add of 0), which always reach L2."""
-    rows = _slot_rows(i, TILE_M)
-    cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
-    nothing = ct.zeros((TILE_M, SLOTS_W), dtype=ct.int64)
-    unused = ct.full((TILE_M, SLOTS_W), SLOT_FLAG, dtype=ct.int64)
-    got = ct.where(cols < SPLIT, ct.atomic_add(slots, (rows, cols), nothing, memory_order=_RELAXED,
-                                               memory_scope=_DEVICE), unused)  # fmt: skip
+    SPLIT..SLOTS_W-1 (SLOTS_W: SPLIT rounded up to a power of two) count as published zeros."""
+    got = _read_slots(slots, i, SPLIT, SLOTS_W, TILE_M)
     while ct.min(got) < SLOT_FLAG:
-        got = ct.where(cols < SPLIT, ct.atomic_add(slots, (rows, cols), nothing, memory_order=_RELAXED,
-                                                   memory_scope=_DEVICE), unused)  # fmt: skip
+        got = _read_slots(slots, i, SPLIT, SLOTS_W, TILE_M)
     bits = ct.astype(got & ct.full((TILE_M, SLOTS_W), SLOT_BITS, dtype=ct.int64), ct.int32)
     return ct.sum(ct.bitcast(bits, ct.float32), axis=1, keepdims=True)
 

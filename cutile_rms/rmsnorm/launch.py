@@ -208,11 +208,8 @@ def backward_plan(x, device, allow_split: bool = True) -> BackwardPlan:
 
 
 def _slots(plan, zeros_i64):
-    if plan.kernel != "split":
-        return None
-    if zeros_i64 is None:
-        raise ValueError("a split plan needs a zeros_i64 workspace allocator")
-    return zeros_i64(plan.slots)
+    """A split plan's zeroed workspace (plans are split only when zeros_i64 was given)."""
+    return zeros_i64(plan.slots) if plan.kernel == "split" else None
 
 
 def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, zeros_i64=None):
