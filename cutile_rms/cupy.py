@@ -120,6 +120,18 @@ def _zeros_i64(xp):
     return lambda shape: xp.zeros(shape, dtype=np.int64)
 
 
+def _as_words(a):
+    """int32 view of a 16-bit array with unit last stride, for the packed backward; None
+    where an odd offset, row stride or row length allows no view."""
+    if a.itemsize != 2 or a.shape[-1] % 2 or any(s % 4 for s in a.strides[:-1]) or _address(a) % 4:
+        return None
+    return a.view(np.int32)
+
+
+def _address(a) -> int:
+    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+
+
 def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
     """``(dx, dw)`` for CuPy arrays, as :func:`cutile_rms.rms_norm_backward` (dw is None when
     weight is None). rstd comes from ``rms_norm(..., return_rstd=True)``."""
@@ -149,7 +161,7 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
             r = xp.ascontiguousarray(rstd.reshape(m))
             run_backward(
                 x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream,
-                zeros_i64=_zeros_i64(xp),
+                zeros_i64=_zeros_i64(xp), as_words=_as_words,
             )  # fmt: skip
         elif dw is not None:
             dw[...] = 0  # the sum over no rows

@@ -18,7 +18,7 @@ of cuTile's semantics -- not NumPy's:
 - ``gather``/``scatter`` with bounds and masks, ``bid``/``num_blocks``, ``Constant``
   parameters, ``range`` and ``while`` loops;
 - ``atomic_add``/``atomic_xchg`` (index tiles as for gather; every lane in bounds), each
-  atomic as a whole under one lock, and ``bitcast``.
+  atomic as a whole under one lock, ``bitcast``, and the bit operators ``& | << >>``.
 
 Any other cuTile operation raises :class:`InterpreterUnsupportedError` naming it.
 
@@ -232,7 +232,14 @@ for _name, _op in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply)):
 for _name, _op in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
                    ("eq", np.equal), ("ne", np.not_equal)):  # fmt: skip
     setattr(Tile, f"__{_name}__", _binary_method(_op, out_dtype=ct.bool_))
-for _name, _op in (("floordiv", np.floor_divide), ("mod", np.mod), ("and", np.bitwise_and), ("or", np.bitwise_or)):
+for _name, _op in (
+    ("floordiv", np.floor_divide),
+    ("mod", np.mod),
+    ("and", np.bitwise_and),
+    ("or", np.bitwise_or),
+    ("lshift", np.left_shift),
+    ("rshift", np.right_shift),
+):  # fmt: skip (rshift: arithmetic on signed)
     setattr(Tile, f"__{_name}__", _binary_method(_op))
 
 

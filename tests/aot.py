@@ -9,6 +9,7 @@ The full cross product of the two (about 1,500 compiles per GPU architecture) wo
 new code paths: the flags select code, the tile shape only sizes it.
 """
 
+import dataclasses
 import itertools
 import multiprocessing
 import os
@@ -23,7 +24,7 @@ from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
-ARRAY_DTYPES = {**DTYPES, "int64": ct.int64}  # and the split kernels' slots
+ARRAY_DTYPES = {**DTYPES, "int64": ct.int64, "int32": ct.int32}  # the split slots, the packed words
 F32 = ScalarConstraint(ct.float32)
 
 
@@ -68,6 +69,18 @@ def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY
             w is not None, round_xhat, *memory]  # fmt: skip
 
 
+def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
+    # x, dy, w, dx arrive as int32 word views; the weight shares x's 16-bit type or is absent.
+    words = arr("int32", 2)
+    return [words, words, arr("int32", 1) if w else words, arr("float32", 1), words,
+            arr("float32", 3) if w else words, F32, tile_m, tile_n // 2, _half(x), w is not None, round_xhat,
+            *memory]  # fmt: skip
+
+
+def _half(x):
+    return K.HALF_BF16 if x == "bfloat16" else K.HALF_FP16
+
+
 def _bwd_dot_params(x, w, tile_m, tile_n):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), F32,
             tile_m, tile_n, w is not None]  # fmt: skip
@@ -88,6 +101,7 @@ REP_FWD = C.DEFAULT_TABLE["forward"][4096]
 REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
 REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
+REP_PACKED = C.packed(1, 4096, 1, 8)
 # Blocks per row the split kernels are compiled for at every planned split config (a table
 # entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
 # count compiled once at REP_SPLIT with every flag (a row that is not a multiple of the segment).
@@ -123,6 +137,11 @@ def jobs():
                     params = _bwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, x != "float32", cfg.memory)
                     add(f"bwd {x} {cfg} split={splits}", L.backward_kernel("split", cfg.hints), params)
                 continue
+            if cfg.kernel == "packed":
+                if x != "float32":
+                    add(f"bwd {x} {cfg}", L.backward_kernel("packed", cfg.hints),
+                        _bwd_packed_params(x, x, cfg.tile_m, cfg.tile_n, True, cfg.memory))  # fmt: skip
+                cfg = dataclasses.replace(cfg, kernel="tile")  # what runs where no word views can be made
             if cfg.kernel == "tile":
                 params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             else:
@@ -132,6 +151,13 @@ def jobs():
             add(f"bwd_row_dot {x} {cfg}", L.backward_kernel("row_dot", cfg.hints),
                 _bwd_dot_params(x, x, cfg.tile_m, cfg.tile_n))  # fmt: skip
         add(f"dw_reduce {x}", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+        if x != "float32":
+            add(f"dw_reduce_packed {x}", K.dw_reduce_packed,
+                [arr("float32", 3), arr("int32", 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N // 2, _half(x)])  # fmt: skip
+            pk = REP_PACKED
+            for w, round_xhat in ((x, False), (x, True), (None, False)):
+                add(f"bwd_packed {x} w={w} round={round_xhat}", L.backward_kernel("packed", pk.hints),
+                    _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory))  # fmt: skip
 
         # Flag combinations at one representative config per kernel.
         weights = [x, "float32" if x != "float32" else "bfloat16", None]

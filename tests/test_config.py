@@ -171,6 +171,23 @@ def test_split_falls_back_where_it_cannot_run():
     assert C.split_count(65536, 8192) == 8 and C.split_count(20000, 8192) == 3
 
 
+def test_packed_backward_plans_on_the_h200():
+    """16-bit backward rows of 5120-8192 take the shipped packed entries when the caller can
+    make word views; otherwise, and for fp32, odd row lengths or the forward, the same tile
+    config runs as "tile". Its dW partials are (rows, 2, n / 2): even columns, then odd."""
+    for n in (5120, 7168, 8192):
+        p = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200, allow_packed=True)
+        assert p.kernel == "packed" and p.tile_n == 8192 and p.partial_shape(n) == (p.partial_rows, 2, n // 2)
+        q = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200)
+        assert dataclasses.replace(p, kernel="tile") == q and q.partial_shape(n) == (q.partial_rows, n)
+    assert C.plan_backward(1 << 16, 8191, 132, elem_size=2, device_key=H200, allow_packed=True).kernel == "tile"
+    assert C.plan_backward(1 << 16, 8192, 132, elem_size=4, device_key=H200, allow_packed=True).kernel == "tile"
+    assert C.kernel_config("forward", 8192, 2, None, allow_packed=True).kernel != "packed"
+    assert C.kernel_config("forward", 8192, 2, None).kernel == "tile"
+    assert C.fit_to_row(C.packed(1, 512, 1), 100, "backward") == C.packed(C.SHORT_ROW_TILE_ELEMS["backward"] // 128,
+                                                                          128, 1)  # fmt: skip
+
+
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "CACHE_DIR", tmp_path)

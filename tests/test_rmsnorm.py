@@ -6,14 +6,25 @@ element a kernel fails to write shows up as non-finite. API-level tests go throu
 torch functions and autograd.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
 from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm_forward
+from cutile_rms._device import DeviceInfo
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm.config import kernel_config, plan_forward
-from cutile_rms.rmsnorm.launch import backward_plan, casting_code, forward_plan, launch_backward, launch_forward
-from cutile_rms.rmsnorm.torch_impl import launch_target
+from cutile_rms.rmsnorm.launch import (
+    backward_plan,
+    casting_code,
+    forward_plan,
+    half_code,
+    launch_backward,
+    launch_forward,
+    run_backward,
+)
+from cutile_rms.rmsnorm.torch_impl import as_words, launch_target
 from tests.reference import Tol, check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -47,10 +58,15 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=N
 
     dx = nan_like((m, n), x.dtype, dev)
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
-    partial = None if w is None else nan_like((plan.partial_rows, n), torch.float32, dev)
+    partial = None if w is None else nan_like(plan.partial_shape(n), torch.float32, dev)
     row_dot = nan_like((m,), torch.float32, dev) if plan.needs_row_dot else None
     slots = zeros(plan.slots) if plan.slots else None
-    launch_backward(plan, x, dy, w, rstd, dx, dw, partial, row_dot, offset, code, stream, slots)
+    arrays = (x, dy, w, dx, dw)
+    if plan.kernel == "packed":  # int32 word views, as run_backward passes them
+        arrays = tuple(None if a is None else as_words(a) for a in arrays)
+    bx, bdy, bw, bdx, bdw = arrays
+    launch_backward(plan, bx, bdy, bw, rstd, bdx, bdw, partial, row_dot, offset, code, stream, slots,
+                    half_code(x.dtype))  # fmt: skip
     _sync(dev)
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
@@ -155,6 +171,56 @@ def test_split_rows_with_a_partial_last_segment(dev, dtype, gen):
     plans = (C.forward_plan_from(cfg, m, sms, "persistent", n), C.backward_plan_from(cfg, cfg, m, n, sms))
     assert plans[0].splits == plans[1].num_chunks == 3 and plans[0].slots[1] == 4
     check_variant(dev, (m, n), dtype, None, "llama", True, 0.0, gen, plans=plans)
+
+
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("bcfg", [C.packed(2, 1024, 1, 8), C.packed(1, 1024, 2, tma_store=False, latency=1)],
+                         ids=["2rows", "1row-no-tma-store"])  # fmt: skip
+def test_packed_backward(dev, dtype, has_weight, offset, casting, bcfg, gen):
+    """The backward on 16-bit words (two columns per int32), 1000-wide rows in 1024-wide
+    tiles, 301 rows (the last row tile partial): dx and the interleaved dW."""
+    m, n = 301, 1000
+    sms = launch_target(torch.device(dev))[1].num_sms
+    fcfg = C.tile(2, 1024, 1)
+    plans = (C.forward_plan_from(fcfg, m, sms, "persistent", n), C.backward_plan_from(bcfg, bcfg, m, n, sms))
+    assert plans[1].kernel == "packed"
+    check_variant(dev, (m, n), dtype, None, casting, has_weight, offset, gen, plans=plans)
+
+
+H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "odd-row-stride"])
+def test_run_backward_packs_where_it_can(dev, layout, gen):
+    """run_backward plans the shipped packed entry (16-bit, N = 8192) with word views, and the
+    tile kernel where a view cannot be made (rows of a tensor with an odd row stride): both
+    agree with the reference."""
+    m, n = C.FEW_ROWS + 9, 8192  # more rows than the few-row entries take
+    x, dy, w = make_inputs((m, n + (layout != "contiguous")), torch.bfloat16, dev, generator=gen)
+    x, dy, w = x[:, :n], dy[:, :n], w[:n].contiguous()
+    assert backward_plan(x, H200_INFO, allow_packed=True).kernel == "packed"
+    stream, dev_info = launch_target(x.device)
+    info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
+    _, rstd, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
+    dx = nan_like((m, n), x.dtype, dev)
+    dw = nan_like((n,), w.dtype, dev)
+    seen = []
+
+    def words(a):
+        v = as_words(a)
+        seen.append(v is not None)
+        return v
+
+    def empty_f32(shape):
+        return torch.full(shape, float("nan"), dtype=torch.float32, device=x.device)
+
+    code = casting_code("llama", False)
+    run_backward(x, dy, w, rstd.float(), dx, dw, 0.0, code, empty_f32, info, stream, as_words=words)
+    _sync(dev)
+    assert all(seen) == (layout == "contiguous")
+    check_all({"dx": dx, "dw": dw}, {"dx": dxr, "dw": dwr}, tolerances(x.dtype, w.dtype, "llama"))
 
 
 # ------------------------------------------------------------------------------------------

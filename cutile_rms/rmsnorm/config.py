@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 MODES = ("persistent", "gather")
-KERNELS = ("tile", "chunked", "split")
+KERNELS = ("tile", "chunked", "split", "packed")
 
 # Split rows (kernel "split"): a row of n elements is shared by cdiv(n, tile_n) blocks, 2 to
 # MAX_SPLIT of them, that exchange partial sums through global memory while they all run. A
@@ -43,6 +43,11 @@ KERNELS = ("tile", "chunked", "split")
 # SM; where it does not fit, or where the caller cannot run split kernels, the plan falls back
 # to the architecture-neutral default for the row bucket.
 MAX_SPLIT = 16
+
+# Packed words (kernel "packed", backward of 16-bit inputs only): the tile backward on int32
+# views of x, dy, dx and the weight, two elements per word (kernels.py says why). It needs an
+# even row length, a weight of x's dtype (or none) and a caller that can make the views; a
+# packed config falls back to the same tile config otherwise.
 
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
@@ -65,7 +70,8 @@ class KernelConfig:
 
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
     chunks of tile_n, tile_m rows at a time; "split": each row is shared by cdiv(n, tile_n)
-    blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above). blocks_per_sm sets the
+    blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above); "packed": "tile" for a
+    backward on 16-bit words (tile_n counts elements). blocks_per_sm sets the
     grid (SMs x blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none).
@@ -115,6 +121,10 @@ def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
 
 def split(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
     return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **memory)
+
+
+def packed(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
+    return KernelConfig("packed", tile_m, tile_n, blocks_per_sm, warps, **memory)
 
 
 def split_count(n: int, tile_n: int) -> int:
@@ -205,18 +215,27 @@ def table_op(op: str, m: int | None) -> str:
 
 
 def kernel_config(
-    op: str, n: int, elem_size: int, device_key: str | None, m: int | None = None, split_blocks: int = 0
+    op: str,
+    n: int,
+    elem_size: int,
+    device_key: str | None,
+    m: int | None = None,
+    split_blocks: int = 0,
+    allow_packed: bool = False,
 ) -> KernelConfig:
     """The config for rows of n elements (m of them, if known): the table entry of n's bucket
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
     bucket. A split config is kept only if its blocks per row are at most split_blocks (the
     blocks that can run at once on the GPU; 0: the caller runs no split kernels); otherwise
-    the bucket's default serves."""
+    the bucket's default serves. A packed config is kept only with allow_packed (a 16-bit
+    backward with an even n whose caller makes word views); otherwise it runs as "tile"."""
     b = bucket(n)
     keys = dict.fromkeys((table_key(n), b))  # the exact length first, then its bucket
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
     cfg = fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
+    if cfg.kernel == "packed" and not (allow_packed and op.startswith("backward") and elem_size == 2 and n % 2 == 0):
+        cfg = dataclasses.replace(cfg, kernel="tile")
     if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
         return fit_to_row(DEFAULT_TABLE[op][b], n, op)
     return cfg
@@ -226,7 +245,7 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
     """cfg adapted to rows of n elements: rows shorter than the smallest bucket take more rows
     per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row."""
     row_n = max(16, next_pow2(n))
-    if cfg.kernel == "tile" and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
+    if cfg.kernel in ("tile", "packed") and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
         return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n)
     if cfg.kernel == "chunked" and cfg.tile_n > row_n:
@@ -361,8 +380,9 @@ class BackwardPlan:
     (partial_rows, num_chunks).
     kernel "split": one kernel over partial_rows x num_chunks blocks (1-D grid; num_chunks
     blocks share each row), with a zeroed int64 workspace of shape `slots`.
-    Either way dW partials land in a (partial_rows, n) fp32 workspace, reduced by dw_reduce
-    on reduce_grid blocks.
+    kernel "packed": "tile" on int32 word views of 16-bit arrays.
+    Either way dW partials land in an fp32 workspace of partial_shape(n), reduced by dw_reduce
+    (dw_reduce_packed) on reduce_grid blocks.
     """
 
     kernel: str
@@ -383,6 +403,11 @@ class BackwardPlan:
     def needs_row_dot(self) -> bool:
         return self.kernel == "chunked"
 
+    def partial_shape(self, n: int) -> tuple:
+        """The dW partials' shape: (partial_rows, n), or (partial_rows, 2, n / 2) for "packed"
+        (the even columns' sums, then the odd ones')."""
+        return (self.partial_rows, 2, n // 2) if self.kernel == "packed" else (self.partial_rows, n)
+
 
 def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tuple[int, int]:
     """(row groups, column chunks) of the chunked backward's 2-D grid: about SMs x blocks per
@@ -395,10 +420,10 @@ def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tu
 def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num_sms: int) -> BackwardPlan:
     """The backward plan of a config (and, for a chunked one, the row-dot kernel's config)."""
     reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), num_sms * REDUCE_BLOCKS_PER_SM))
-    if cfg.kernel == "tile":
+    if cfg.kernel in ("tile", "packed"):
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
         grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-        return BackwardPlan("tile", tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
+        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
     if cfg.kernel == "split":
         splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
         return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, reduce_grid, memory=cfg.memory,
@@ -414,11 +439,19 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
 
 @functools.lru_cache(maxsize=1024)
 def plan_backward(
-    m: int, n: int, num_sms: int, *, elem_size: int = 2, device_key: str | None = None, allow_split: bool = True
+    m: int,
+    n: int,
+    num_sms: int,
+    *,
+    elem_size: int = 2,
+    device_key: str | None = None,
+    allow_split: bool = True,
+    allow_packed: bool = False,
 ) -> BackwardPlan:
     """Choose the backward kernels, tiles and grids for an (m, n) problem (allow_split: see
-    plan_forward)."""
-    cfg = kernel_config("backward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
+    plan_forward; allow_packed: the caller can run the packed kernel, see kernel_config)."""
+    cfg = kernel_config("backward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0,
+                        allow_packed)  # fmt: skip
     dot = kernel_config("backward_dot", n, elem_size, device_key, m)
     return backward_plan_from(cfg, dot, m, n, num_sms)
 

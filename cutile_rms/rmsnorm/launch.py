@@ -9,7 +9,8 @@ a placeholder: the kernels' compile-time flags remove every access to them.
 
 Workspaces come from the caller: ``empty_f32(shape)`` (fp32, contents ignored) for the
 backward's dW partials and row dots, ``zeros_i64(shape)`` (int64, zero-filled for every launch)
-for the split kernels' slots.
+for the split kernels' slots. The packed backward takes int32 views of 16-bit arrays, made by
+the caller's ``as_words(array)`` (None where the layout allows no such view).
 """
 
 import threading
@@ -77,7 +78,14 @@ _BACKWARD = {
     "chunked": HintVariants(K.rms_bwd_chunked),
     "row_dot": HintVariants(K.rms_bwd_row_dot),
     "split": HintVariants(K.rms_bwd_split),
+    "packed": HintVariants(K.rms_bwd_packed),
 }
+
+
+def half_code(dtype) -> int:
+    """The packed kernels' HALF constant of a 16-bit dtype (torch, NumPy or CuPy: named
+    ...bfloat16 or ...float16)."""
+    return K.HALF_BF16 if str(dtype).endswith("bfloat16") else K.HALF_FP16
 
 
 def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
@@ -163,13 +171,15 @@ def launch_backward(
     casting: int,
     stream,
     slots=None,
+    half=K.HALF_BF16,
 ):
     """dx (and dw unless weight is None) of y = rms_norm(x) * (offset + weight).
 
     Workspaces (allocated by the caller): dw_partial (fp32, contents ignored) of shape
-    (plan.partial_rows, n) when there is a weight, row_dot (fp32) of shape (m,) when
+    plan.partial_shape(n) when there is a weight, row_dot (fp32) of shape (m,) when
     plan.needs_row_dot, slots (int64, zero-filled) of shape plan.slots for a split plan.
-    dw has weight's shape and dtype.
+    dw has weight's shape and dtype. For a packed plan x, dy, weight, dx and dw are int32 word
+    views (n / 2 words per row) and half names their 16-bit type (half_code).
     """
     has_weight = weight is not None
     w = weight if has_weight else x
@@ -180,6 +190,10 @@ def launch_backward(
         args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
                 *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows,), kernel, args)
+    elif plan.kernel == "packed":
+        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n // 2, half, has_weight, round_xhat,
+                *plan.memory)  # fmt: skip
+        launch(stream, (plan.partial_rows,), _BACKWARD["packed"][plan.hints], args)
     elif plan.kernel == "split":
         args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,
                 *_split_consts(plan.num_chunks, plan.slots), has_weight, round_xhat, *plan.memory)  # fmt: skip
@@ -190,7 +204,11 @@ def launch_backward(
         args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
                 *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows, plan.num_chunks), _BACKWARD["chunked"][plan.hints], args)
-    if has_weight:
+    if has_weight and plan.kernel == "packed":
+        launch(
+            stream, (plan.reduce_grid,), K.dw_reduce_packed, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N // 2, half)
+        )
+    elif has_weight:
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
@@ -201,10 +219,11 @@ def forward_plan(x, mode, device, allow_split: bool = True) -> ForwardPlan:
     return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
 
 
-def backward_plan(x, device, allow_split: bool = True) -> BackwardPlan:
+def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = False) -> BackwardPlan:
     m, n = x.shape
     key = device.key
-    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
+    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split,
+                         allow_packed=allow_packed)  # fmt: skip
 
 
 def _slots(plan, zeros_i64):
@@ -220,13 +239,25 @@ def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mod
     launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, zeros_i64))
 
 
-def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, zeros_i64=None):
+def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, zeros_i64=None,
+                 as_words=None):  # fmt: skip
     """Plan the backward for (m, n) arrays (m > 0) on a device, allocate its fp32 workspaces
     with ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
-    :func:`launch_backward`."""
+    :func:`launch_backward`. as_words(array): an int32 view of a 16-bit array, or None (the
+    packed kernel is planned only when it is given and every view can be made)."""
     m, n = x.shape
-    plan = backward_plan(x, device, allow_split=zeros_i64 is not None)
-    dw_partial = None if weight is None else empty_f32((plan.partial_rows, n))
+    packable = as_words is not None and (weight is None or weight.dtype == x.dtype)
+    plan = backward_plan(x, device, allow_split=zeros_i64 is not None, allow_packed=packable)
+    arrays = (x, dy, weight, dx, dw)
+    half = half_code(x.dtype)
+    if plan.kernel == "packed":
+        words = [None if a is None else as_words(a) for a in arrays]
+        if any(v is None for a, v in zip(arrays, words, strict=False) if a is not None):  # an odd offset or row stride
+            plan = backward_plan(x, device, allow_split=zeros_i64 is not None)
+        else:
+            arrays = words
+    dw_partial = None if weight is None else empty_f32(plan.partial_shape(n))
     row_dot = empty_f32((m,)) if plan.needs_row_dot else None
+    x, dy, weight, dx, dw = arrays
     launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream,
-                    _slots(plan, zeros_i64))  # fmt: skip
+                    _slots(plan, zeros_i64), half)  # fmt: skip

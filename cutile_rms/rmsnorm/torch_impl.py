@@ -139,6 +139,16 @@ def _zeros_i64(x):
     return lambda shape: torch.zeros(shape, dtype=torch.int64, device=x.device)
 
 
+def as_words(t: torch.Tensor):
+    """int32 view of a 16-bit tensor with unit last stride (two elements per word), for the
+    packed backward; None where an odd offset, row stride or row length allows no view."""
+    if t.element_size() != 2 or t.storage_offset() % 2 or t.shape[-1] % 2 or any(s % 2 for s in t.stride()[:-1]):
+        return None
+    if t.data_ptr() % 4:  # a storage that itself starts at an odd element
+        return None
+    return t.view(torch.int32)
+
+
 def forward(x, weight, eps, offset, casting, mode, store_rstd):
     """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
     fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False."""
@@ -173,5 +183,5 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
 
     r = rstd.detach().reshape(m)
     args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
-    launch_on_device(x, run_backward, *args, empty_f32, zeros_i64=_zeros_i64(x))
+    launch_on_device(x, run_backward, *args, empty_f32, zeros_i64=_zeros_i64(x), as_words=as_words)
     return dx, dw
