@@ -121,11 +121,11 @@ def test_shipped_sm90_table_covers_every_bucket_and_size():
             for b in C.DEFAULT_TABLE[op]:
                 assert (op, es, b) in table, (op, es, b)
                 cfg = C.KernelConfig(*table[op, es, b])  # validates
-                assert cfg.tile_n == b if cfg.kernel == "tile" else cfg.tile_n < b
+                assert cfg.tile_n == b if cfg.kernel in ("tile", "packed") else cfg.tile_n < b
     for (_, _, n), entry in table.items():  # exact row lengths: a tile that holds the row
         cfg = C.KernelConfig(*entry)
         assert C.table_key(n) == n or C.bucket(n) == n
-        assert cfg.tile_n == C.next_pow2(n) if cfg.kernel == "tile" else cfg.tile_n < C.next_pow2(n)
+        assert cfg.tile_n == C.next_pow2(n) if cfg.kernel in ("tile", "packed") else cfg.tile_n < C.next_pow2(n)
     assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
 
 
