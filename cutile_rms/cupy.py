@@ -129,7 +129,8 @@ def _as_words(a):
 
 
 def _address(a) -> int:
-    return a.data.ptr if hasattr(a.data, "ptr") else a.__array_interface__["data"][0]
+    """The address of a's first element (a NumPy array in interpret mode, else a CuPy one)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
 
 
 def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):

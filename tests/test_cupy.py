@@ -8,6 +8,7 @@ CuPy (``pip install cutile-rms[cupy]``).
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -150,3 +151,16 @@ def test_cupy_current_stream_and_zero_copy(gen):
     assert yt.data_ptr() == y.data.ptr and yt.device == x_new.device
     ref = rms_norm_ref(x_new, w)[0]
     check_all({"y": yt}, {"y": ref}, tolerances(torch.float16, torch.float16, "llama"))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_word_views_for_the_packed_backward(dtype):
+    """_as_words views a 16-bit array as int32 pairs in place, and declines (None) where a
+    word view cannot exist: an odd start, an odd row length, a non-16-bit dtype."""
+    a = np.arange(24, dtype=np.float32).astype(dtype).reshape(3, 8)
+    w = crms._as_words(a)
+    assert w.dtype == np.int32 and w.shape == (3, 4) and np.shares_memory(w, a)
+    assert np.array_equal(w.view(dtype), a)
+    assert crms._as_words(a[:, 1:7]) is None  # starts one element into a word
+    assert crms._as_words(a[:, :7]) is None  # odd row length
+    assert crms._as_words(a.astype(np.float32)) is None

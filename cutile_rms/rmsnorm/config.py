@@ -234,7 +234,7 @@ def kernel_config(
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
     cfg = fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
-    if cfg.kernel == "packed" and not (allow_packed and op.startswith("backward") and elem_size == 2 and n % 2 == 0):
+    if cfg.kernel == "packed" and not (allow_packed and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
     if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
         return fit_to_row(DEFAULT_TABLE[op][b], n, op)

@@ -249,8 +249,9 @@ def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty
     packable = as_words is not None and (weight is None or weight.dtype == x.dtype)
     plan = backward_plan(x, device, allow_split=zeros_i64 is not None, allow_packed=packable)
     arrays = (x, dy, weight, dx, dw)
-    half = half_code(x.dtype)
+    half = K.HALF_BF16  # unused unless packed
     if plan.kernel == "packed":
+        half = half_code(x.dtype)
         words = [None if a is None else as_words(a) for a in arrays]
         if any(v is None for a, v in zip(arrays, words, strict=False) if a is not None):  # an odd offset or row stride
             plan = backward_plan(x, device, allow_split=zeros_i64 is not None)
