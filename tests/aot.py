@@ -43,11 +43,13 @@ def _castings(x: str):
 NO_MEMORY_KNOBS = C.tile(1, 16, 1).memory
 
 
-def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS):
+def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=None):
     # An absent weight is replaced by x at launch (launch.py), so it takes x's constraint. The
-    # inference kernels have no rstd parameter.
+    # inference kernels have no rstd parameter; the tile kernels take a TAIL (tail: an int), the
+    # chunked ones do not (tail None).
     rstd = [arr("float32", 1)] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
+    tails = [] if tail is None else [tail]
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, *tails, casting,
             w is not None, *memory]  # fmt: skip
 
 
@@ -69,12 +71,12 @@ def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY
             w is not None, round_xhat, *memory]  # fmt: skip
 
 
-def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
+def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS, tail=0):
     # x, dy, w, dx arrive as int32 word views; the weight shares x's 16-bit type or is absent.
     words = arr("int32", 2)
     return [words, words, arr("int32", 1) if w else words, arr("float32", 1), words,
-            arr("float32", 3) if w else words, F32, tile_m, tile_n // 2, _half(x), w is not None, round_xhat,
-            *memory]  # fmt: skip
+            arr("float32", 3) if w else words, F32, tile_m, tile_n // 2, tail // 2, _half(x), w is not None,
+            round_xhat, *memory]  # fmt: skip
 
 
 def _half(x):
@@ -102,6 +104,7 @@ REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
 REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
 REP_PACKED = C.packed(1, 4096, 1, 8)
+REP_TAIL = 1024  # a tail beside REP_FWD's and REP_PACKED's 4096-wide tiles
 # Blocks per row the split kernels are compiled for at every planned split config (a table
 # entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
 # count compiled once at REP_SPLIT with every flag (a row that is not a multiple of the segment).
@@ -130,7 +133,8 @@ def jobs():
                     add(f"fwd {x} {cfg} split={splits} rstd={store}", kernel, params)
                 continue
             add(f"fwd {x} {cfg} rstd={store}", kernel,
-                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory))  # fmt: skip
+                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory,
+                            cfg.tail if cfg.kernel == "tile" else None))  # fmt: skip
         for cfg in bwd_cfgs:
             if cfg.kernel == "split":
                 for splits in SPLIT_COUNTS:
@@ -140,8 +144,9 @@ def jobs():
             if cfg.kernel == "packed":
                 if x != "float32":
                     add(f"bwd {x} {cfg}", L.backward_kernel("packed", cfg.hints),
-                        _bwd_packed_params(x, x, cfg.tile_m, cfg.tile_n, True, cfg.memory))  # fmt: skip
-                cfg = dataclasses.replace(cfg, kernel="tile")  # what runs where no word views can be made
+                        _bwd_packed_params(x, x, cfg.tile_m, cfg.tile_n, True, cfg.memory, cfg.tail))  # fmt: skip
+                # what runs where no word views can be made (config.kernel_config)
+                cfg = dataclasses.replace(cfg, kernel="tile", tile_n=C.next_pow2(cfg.tile_n + cfg.tail), tail=0)
             if cfg.kernel == "tile":
                 params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             else:
@@ -158,13 +163,18 @@ def jobs():
             for w, round_xhat in ((x, False), (x, True), (None, False)):
                 add(f"bwd_packed {x} w={w} round={round_xhat}", L.backward_kernel("packed", pk.hints),
                     _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory))  # fmt: skip
+                add(f"bwd_packed {x} w={w} round={round_xhat} tail={REP_TAIL}", L.backward_kernel("packed", pk.hints),
+                    _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory, REP_TAIL))  # fmt: skip
 
         # Flag combinations at one representative config per kernel.
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
         f, b, ch = REP_FWD, REP_BWD, REP_CHUNK
         for w, casting, store in itertools.product(weights, _castings(x), (True, False)):
             add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", L.forward_kernel("tile", f.hints, store),
-                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
+                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=0))  # fmt: skip
+            add(f"fwd_tile {x} w={w} cast={casting} rstd={store} tail={REP_TAIL}",
+                L.forward_kernel("tile", f.hints, store),
+                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=REP_TAIL))  # fmt: skip
             add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
                 L.forward_kernel("chunked", ch.hints, store),
                 _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
@@ -211,7 +221,7 @@ def fused_jobs(add):
                     arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
                 for check in (True, False):
                     add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
-                        tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, casting, w is not None,
+                        tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, 0, casting, w is not None,
                                                    check, *s_f.memory])  # fmt: skip
                 add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked[ch.hints],
                     [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None, *ch.memory])  # fmt: skip

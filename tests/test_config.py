@@ -122,10 +122,13 @@ def test_shipped_sm90_table_covers_every_bucket_and_size():
                 assert (op, es, b) in table, (op, es, b)
                 cfg = C.KernelConfig(*table[op, es, b])  # validates
                 assert cfg.tile_n == b if cfg.kernel in ("tile", "packed") else cfg.tile_n < b
-    for (_, _, n), entry in table.items():  # exact row lengths: a tile that holds the row
+    for (_, _, n), entry in table.items():  # exact row lengths: a tile (or a tile and a tail) that holds the row
         cfg = C.KernelConfig(*entry)
         assert C.table_key(n) == n or C.bucket(n) == n
-        assert cfg.tile_n == C.next_pow2(n) if cfg.kernel in ("tile", "packed") else cfg.tile_n < C.next_pow2(n)
+        if cfg.tail:
+            assert cfg.tile_n + cfg.tail == n
+        else:
+            assert cfg.tile_n == C.next_pow2(n) if cfg.kernel in ("tile", "packed") else cfg.tile_n < C.next_pow2(n)
     assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
 
 
@@ -172,10 +175,10 @@ def test_split_falls_back_where_it_cannot_run():
 
 
 def test_packed_backward_plans_on_the_h200():
-    """16-bit backward rows of 5120-8192 take the shipped packed entries when the caller can
+    """16-bit backward rows of 7168-8192 take the shipped packed entries when the caller can
     make word views; otherwise, and for fp32, odd row lengths or the forward, the same tile
     config runs as "tile". Its dW partials are (rows, 2, n / 2): even columns, then odd."""
-    for n in (5120, 7168, 8192):
+    for n in (7168, 8192):
         p = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200, allow_packed=True)
         assert p.kernel == "packed" and p.tile_n == 8192 and p.partial_shape(n) == (p.partial_rows, 2, n // 2)
         q = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200)
@@ -186,6 +189,43 @@ def test_packed_backward_plans_on_the_h200():
     assert C.kernel_config("forward", 8192, 2, None).kernel == "tile"
     assert C.fit_to_row(C.packed(1, 512, 1), 100, "backward") == C.packed(C.SHORT_ROW_TILE_ELEMS["backward"] // 128,
                                                                           128, 1)  # fmt: skip
+
+
+def test_tail_plans_on_the_h200():
+    """16-bit rows of exactly 5120 take the shipped two-tile entries (4096 and a 1024 tail),
+    forward and packed backward; any other length, fp32, and a backward without word views
+    (the tile kernel has no tail) get one tile that holds the row."""
+    m = 13107
+    f = C.plan_forward(m, 5120, 132, elem_size=2, device_key=H200)
+    assert (f.kernel, f.tile_n, f.tail) == ("tile", 4096, 1024)
+    b = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200, allow_packed=True)
+    assert (b.kernel, b.tile_n, b.tail) == ("packed", 4096, 1024) and b.partial_shape(5120) == (b.partial_rows, 2, 2560)
+    t = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200)
+    assert (t.kernel, t.tile_n, t.tail, t.tile_m, t.hints) == ("tile", 8192, 0, b.tile_m, b.hints)
+    for n, es in ((5120, 4), (5000, 2), (5122, 2)):
+        p = C.plan_forward(m, n, 132, elem_size=es, device_key=H200)
+        assert p.tail == 0 and p.tile_n >= n
+    assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5000, "forward") == C.tile(2, 8192, 2)
+    assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5120, "backward") == C.tile(2, 8192, 2)  # no tail kernel
+    assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5120, "forward").tail == 1024
+    for bad in (dict(kernel="chunked", tail=1024), dict(tail=1000), dict(tail=4096)):
+        with pytest.raises(ValueError, match="tail"):
+            dataclasses.replace(C.tile(2, 4096, 2), **bad)
+
+
+def test_balanced_backward_grid():
+    """The one-tile backward's grid: the fewest blocks that need as many rounds of row tiles as
+    SMs x blocks per SM do (4096 row tiles on 132 SMs: 32 rounds on 128 blocks, not 31.03 on
+    132); the forward keeps SMs x blocks per SM."""
+    for m, tm, bps in ((16384, 4, 1), (4096, 1, 1), (131072, 16, 1), (13107, 1, 2), (5, 1, 1), (9362, 1, 1)):
+        tiles, grid = -(-m // tm), C.grid_size(m, tm, bps, 132)
+        g = C.balanced_grid(m, tm, bps, 132)
+        assert g <= grid and -(-tiles // g) == -(-tiles // grid)
+        assert g == 1 or -(-tiles // (g - 1)) > -(-tiles // grid)  # no fewer blocks take as many rounds
+    assert C.balanced_grid(16384, 4, 1, 132) == 128
+    p = C.plan_backward(16384, 4096, 132, elem_size=2, device_key=H200, allow_packed=True)
+    assert (p.tile_m, p.partial_rows) == (4, 128)
+    assert C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200).grid == 132 * 4
 
 
 @pytest.fixture
@@ -218,7 +258,7 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     assert T.lookup("forward", 2, 4096, "sm_90:NVIDIA H100") == T.checked_in("sm_90")["forward", 2, 4096]
     # A fresh process (empty memory) reads the same entry back from disk.
     T._device_tables.clear()
-    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None)
+    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None, 0)
     # Merging keeps earlier entries.
     T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
     doc = json.loads(path.read_text())

@@ -23,6 +23,7 @@ from cutile_rms.rmsnorm.launch import (
     launch_backward,
     launch_forward,
     run_backward,
+    run_forward,
 )
 from cutile_rms.rmsnorm.torch_impl import as_words, launch_target
 from tests.reference import Tol, check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
@@ -189,6 +190,26 @@ def test_packed_backward(dev, dtype, has_weight, offset, casting, bcfg, gen):
     check_variant(dev, (m, n), dtype, None, casting, has_weight, offset, gen, plans=plans)
 
 
+@pytest.mark.parametrize("casting", CASTINGS)
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tile_m", [1, 2])
+def test_tail_tiles(dev, dtype, has_weight, offset, casting, tile_m, gen):
+    """Rows of 1280 = a 1024-wide tile and a 256-wide tail, 301 rows (the last row tile partial):
+    the forward's two tiles, and for 16-bit the packed backward's two word tiles (fp32: the
+    one-tile backward), against the reference."""
+    m, n = 301, 1280
+    sms = launch_target(torch.device(dev))[1].num_sms
+    fplan = C.forward_plan_from(C.tile(tile_m, 1024, 1, tail=256), m, sms, "persistent", n)
+    if dtype == torch.float32:
+        bcfg = C.tile(tile_m, 2048, 1)
+    else:
+        bcfg = C.packed(tile_m, 1024, 1, 8, tail=256, tma_store=tile_m == 1)
+    bplan = C.backward_plan_from(bcfg, bcfg, m, n, sms)
+    assert fplan.tail == 256 and bplan.tail == bcfg.tail
+    check_variant(dev, (m, n), dtype, None, casting, has_weight, offset, gen, plans=(fplan, bplan))
+
+
 H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
 
 
@@ -221,6 +242,30 @@ def test_run_backward_packs_where_it_can(dev, layout, gen):
     _sync(dev)
     assert all(seen) == (layout == "contiguous")
     check_all({"dx": dx, "dw": dw}, {"dx": dxr, "dw": dwr}, tolerances(x.dtype, w.dtype, "llama"))
+
+
+def test_shipped_tail_entries_run(dev, gen):
+    """The planning path of the shipped sm_90 tail entries (16-bit rows of exactly 5120 past the
+    few-row class): run_forward and run_backward plan two tiles, forward and packed backward,
+    and agree with the reference."""
+    m, n = C.FEW_ROWS + 9, 5120
+    x, dy, w = make_inputs((m, n), torch.float16, dev, generator=gen)
+    stream, dev_info = launch_target(x.device)
+    info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
+    assert forward_plan(x, None, info).tail == 1024 and backward_plan(x, info, allow_packed=True).tail == 1024
+    yr, rstd_r, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
+    y, rstd = nan_like((m, n), x.dtype, dev), nan_like((m,), torch.float32, dev)
+    code = casting_code("llama", False)
+    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream)
+    dx, dw = nan_like((m, n), x.dtype, dev), nan_like((n,), w.dtype, dev)
+
+    def empty_f32(shape):
+        return torch.full(shape, float("nan"), dtype=torch.float32, device=x.device)
+
+    run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, as_words=as_words)
+    _sync(dev)
+    check_all({"y": y, "rstd": rstd, "dx": dx, "dw": dw}, {"y": yr, "rstd": rstd_r, "dx": dxr, "dw": dwr},
+              tolerances(x.dtype, w.dtype, "llama"))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------

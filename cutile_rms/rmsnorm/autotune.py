@@ -80,6 +80,7 @@ class Result:
             "op": self.op, "elem_size": self.elem_size, "bucket": self.bucket, "kernel": c.kernel,
             "tile_m": c.tile_m, "tile_n": c.tile_n, "blocks_per_sm": c.blocks_per_sm, "warps": c.warps,
             "tma_store": c.tma_store, "latency": c.latency, "us": round(self.us, 2), "m": self.m,
+            **({"tail": c.tail} if c.tail else {}),
         }  # fmt: skip
 
 
@@ -160,15 +161,12 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
     inference forward shares the winner). Overwrites y and rstd."""
     m, n = x.shape
     num_sms = device.num_sms
-    has_weight = w is not None
-    w = w if has_weight else x
 
     def plan(cfg):
         return C.forward_plan_from(cfg, m, num_sms, "persistent", n)
 
     def args(cfg):
-        p = plan(cfg)
-        return (x, w, y, rstd, float(eps), float(offset), p.tile_m, p.tile_n, casting, has_weight, *cfg.memory)
+        return L.forward_args(plan(cfg), x, w, y, rstd, eps, offset, casting)
 
     times, failed = _search(
         candidates or forward_candidates(n), stream, lambda cfg: (plan(cfg).grid,),

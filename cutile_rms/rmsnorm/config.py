@@ -49,6 +49,14 @@ MAX_SPLIT = 16
 # even row length, a weight of x's dtype (or none) and a caller that can make the views; a
 # packed config falls back to the same tile config otherwise.
 
+# Tails (kernels "tile" forward and "packed"): a row of n = tile_n + tail elements, both powers of
+# two (tail < tile_n), held as two tiles of a row tile instead of one tile of next_pow2(n), where
+# 5120-wide rows pad 37% of an 8192-wide tile's lanes. On the H200 (bench/NOTES.md, session 7)
+# 16-bit N = 5120 ran 67 -> 77% of the copy ceiling backward and 89 -> 93-95% forward; three
+# pieces (7168 = 4096 + 2048 + 1024) were slower than one padded tile, so one tail at most. Only
+# table entries for an exact row length carry one (a row of any other length drops it).
+TAIL_KERNELS = (("forward", "tile"), ("backward", "packed"))  # (op, kernel) pairs with a TAIL constant
+
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
 # Each (occupancy, warps) pair is one kernel object (cutile_rms.rmsnorm.launch): these two sets
@@ -74,7 +82,8 @@ class KernelConfig:
     backward on 16-bit words (tile_n counts elements). blocks_per_sm sets the
     grid (SMs x blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
-    tiles without TMA; latency is the row-tile loads' latency hint (None: none).
+    tiles without TMA; latency is the row-tile loads' latency hint (None: none). tail > 0 (a
+    "tile" forward or a "packed" backward): rows of tile_n + tail elements in two tiles (Tails).
     """
 
     kernel: str
@@ -84,6 +93,7 @@ class KernelConfig:
     warps: int | None = None
     tma_store: bool = True
     latency: int | None = None
+    tail: int = 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -100,6 +110,10 @@ class KernelConfig:
             raise ValueError(f"tma_store must be a bool, got {self.tma_store!r}")
         if self.latency is not None and not (isinstance(self.latency, int) and 1 <= self.latency <= MAX_LATENCY):
             raise ValueError(f"latency must be None or an int in 1..{MAX_LATENCY}, got {self.latency!r}")
+        if self.tail and (
+            self.kernel not in ("tile", "packed") or self.tail & (self.tail - 1) or self.tail >= self.tile_n
+        ):
+            raise ValueError(f"tail must be 0 or a power of two below tile_n, for tile or packed, got {self.tail!r}")
 
     @property
     def hints(self) -> tuple:
@@ -111,20 +125,20 @@ class KernelConfig:
         return (self.tma_store, self.latency or 0)
 
 
-def tile(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
-    return KernelConfig("tile", tile_m, tile_n, blocks_per_sm, warps, **memory)
+def tile(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
+    return KernelConfig("tile", tile_m, tile_n, blocks_per_sm, warps, **knobs)
 
 
-def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
-    return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps, **memory)
+def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
+    return KernelConfig("chunked", tile_m, tile_n, blocks_per_sm, warps, **knobs)
 
 
-def split(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
-    return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **memory)
+def split(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
+    return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **knobs)
 
 
-def packed(tile_m, tile_n, blocks_per_sm, warps=None, **memory):
-    return KernelConfig("packed", tile_m, tile_n, blocks_per_sm, warps, **memory)
+def packed(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
+    return KernelConfig("packed", tile_m, tile_n, blocks_per_sm, warps, **knobs)
 
 
 def split_count(n: int, tile_n: int) -> int:
@@ -233,9 +247,10 @@ def kernel_config(
     keys = dict.fromkeys((table_key(n), b))  # the exact length first, then its bucket
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
-    cfg = fit_to_row(KernelConfig(*found) if found else DEFAULT_TABLE[op][b], n, op)
+    cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
     if cfg.kernel == "packed" and not (allow_packed and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
+    cfg = fit_to_row(cfg, n, op)
     if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
         return fit_to_row(DEFAULT_TABLE[op][b], n, op)
     return cfg
@@ -243,8 +258,11 @@ def kernel_config(
 
 def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
     """cfg adapted to rows of n elements: rows shorter than the smallest bucket take more rows
-    per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row."""
+    per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row; a tail is kept only
+    for rows of exactly tile_n + tail elements, in a kernel that has one (TAIL_KERNELS)."""
     row_n = max(16, next_pow2(n))
+    if cfg.tail and (cfg.tile_n + cfg.tail != n or (op, cfg.kernel) not in TAIL_KERNELS):
+        cfg = dataclasses.replace(cfg, tile_n=row_n, tail=0)
     if cfg.kernel in ("tile", "packed") and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
         return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n)
@@ -265,6 +283,17 @@ def fill_sms(tile_m: int, m: int, num_sms: int) -> int:
 def grid_size(m: int, tile_m: int, blocks_per_sm: int, num_sms: int) -> int:
     """Persistent grid: SMs x blocks per SM, trimmed to the number of row tiles."""
     return max(1, min(-(-m // tile_m), num_sms * blocks_per_sm))
+
+
+def balanced_grid(m: int, tile_m: int, blocks_per_sm: int, num_sms: int) -> int:
+    """grid_size, lowered to the fewest blocks that take as many rounds of row tiles: each block
+    then walks the same number of row tiles, give or take one, and the last round is not left to
+    a few blocks. For the one-tile backward kernels: on the H200, 4096 row tiles on 132 blocks
+    (31.03 rounds) ran 2-3.5% slower than on 128 (16-bit N = 4096 and 16384), and elsewhere the
+    two agreed within 1% (bench/NOTES.md, session 7). The forward showed no such gain."""
+    row_tiles = -(-m // tile_m)
+    rounds = -(-row_tiles // grid_size(m, tile_m, blocks_per_sm, num_sms))
+    return -(-row_tiles // rounds)
 
 
 def split_groups(m: int, tile_m: int, splits: int, blocks_per_sm: int, num_sms: int) -> int:
@@ -315,6 +344,7 @@ class ForwardPlan:
     memory: tuple = (True, 0)
     splits: int = 1
     slots: tuple = ()
+    tail: int = 0
 
     @property
     def hints(self) -> tuple:
@@ -329,7 +359,8 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int
                            splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-    return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory)
+    return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory,
+                       tail=cfg.tail)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -398,6 +429,7 @@ class BackwardPlan:
     dot_hints: tuple = (1, None)
     memory: tuple = (True, 0)
     slots: tuple = ()
+    tail: int = 0
 
     @property
     def needs_row_dot(self) -> bool:
@@ -422,8 +454,9 @@ def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num
     reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), num_sms * REDUCE_BLOCKS_PER_SM))
     if cfg.kernel in ("tile", "packed"):
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
-        grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory)
+        grid = balanced_grid(m, tile_m, cfg.blocks_per_sm, num_sms)
+        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory,
+                            tail=cfg.tail)  # fmt: skip
     if cfg.kernel == "split":
         splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
         return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, reduce_grid, memory=cfg.memory,

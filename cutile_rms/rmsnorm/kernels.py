@@ -23,6 +23,11 @@ Rows too long for one block's registers can be split across SPLIT cooperating bl
 their per-row partial sums through global memory (see ``_publish``). That keeps the one pass
 over memory of the tile kernels where the chunked kernels read every row twice.
 
+A row whose length is the sum of two powers of two (5120 = 4096 + 1024) can be held in two
+tiles of a row tile, TILE_N and TAIL wide (the TAIL constant of the tile forward and the packed
+backward; 0: one tile), the tail at tile index TILE_N // TAIL: no lane is padding, where one
+8192-wide tile for a 5120-wide row pads 37% of its lanes.
+
 Two memory knobs are compile-time constants chosen per tuning-table entry (config.py): LATENCY,
 the latency hint of the row-tile loads (0: none, the compiler infers it), and TMA_STORE, which
 lets the compiler store row tiles through TMA (True) or forbids it (False: plain stores, which
@@ -143,6 +148,7 @@ def _fwd_tile_rows(
     offset,
     TILE_M: ct.Constant[int],
     TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
@@ -151,7 +157,8 @@ def _fwd_tile_rows(
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
-    """Static persistent forward: a whole row fits one tile (N <= TILE_N).
+    """Static persistent forward: a whole row fits one tile (N <= TILE_N), or, with TAIL > 0,
+    two: columns [0, TILE_N) and [TILE_N, TILE_N + TAIL) (N = TILE_N + TAIL; module docstring).
 
     Each block loads the weight once and strides over (TILE_M, TILE_N) row tiles. With
     ADD_RESIDUAL the row normalized is s = x + r, stored to s_out on the way (one pass: s
@@ -161,14 +168,27 @@ def _fwd_tile_rows(
     n = x.shape[1]
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
     wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
+    if TAIL > 0:
+        jt = TILE_N // TAIL  # the tail's tile index
+        wpt = _weight_row(w, jt, offset, TAIL, HAS_WEIGHT)
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
         xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
         if ADD_RESIDUAL:
             xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY)
         xf = ct.astype(xt, ct.float32)
-        rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / n + eps)
+        sum_sq = ct.sum(xf * xf, axis=1, keepdims=True)
+        if TAIL > 0:
+            xu = _load_rows(x, i, jt, TILE_M, TAIL, CHECK_BOUNDS, LATENCY)
+            if ADD_RESIDUAL:
+                xu = _add_residual(xu, r, s_out, i, jt, TILE_M, TAIL, CHECK_BOUNDS, TMA_STORE, LATENCY)
+            uf = ct.astype(xu, ct.float32)
+            sum_sq = sum_sq + ct.sum(uf * uf, axis=1, keepdims=True)
+        rstd = ct.rsqrt(sum_sq / n + eps)
         yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
         _store_tile(y, i, 0, ct.astype(yt, y.dtype), TMA_STORE, CHECK_BOUNDS)
+        if TAIL > 0:
+            _store_tile(y, i, jt, ct.astype(_normalize(xu, rstd, wpt, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE,
+                        CHECK_BOUNDS)  # fmt: skip
         if STORE_RSTD:
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS)
 
@@ -379,13 +399,14 @@ def rms_fwd_tile(
     offset,
     TILE_M: ct.Constant[int],
     TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Single-tile forward that stores rstd (see _fwd_tile_rows)."""
-    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, True,
+    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True, False, True,
                    TMA_STORE, LATENCY)  # fmt: skip
 
 
@@ -398,13 +419,14 @@ def rms_fwd_tile_infer(
     offset,
     TILE_M: ct.Constant[int],
     TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Single-tile forward without rstd (inference)."""
-    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, True,
+    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, False, True,
                    TMA_STORE, LATENCY)  # fmt: skip
 
 
@@ -711,14 +733,44 @@ def _pack(lo, hi, HALF: ct.Constant[int]):
 
 
 @ct.function
-def _weight_pair(w, offset, TILE_W: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool], HALF: ct.Constant[int]):
-    """(even, odd) (1, TILE_W) fp32 tiles of offset + w (1 without a weight)."""
+def _weight_pair(w, j, offset, TILE_W: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool], HALF: ct.Constant[int]):
+    """(even, odd) (1, TILE_W) fp32 tiles of offset + w for word tile j (1 without a weight)."""
     if HAS_WEIGHT:
-        lo, hi = _unpack(ct.reshape(ct.load(w, (0,), (TILE_W,), padding_mode=ZERO), (1, TILE_W)), HALF)
+        lo, hi = _unpack(ct.reshape(ct.load(w, (j,), (TILE_W,), padding_mode=ZERO), (1, TILE_W)), HALF)
         return lo + offset, hi + offset
     else:
         one = ct.full((1, TILE_W), 1.0, dtype=ct.float32)
         return one, one
+
+
+@ct.function
+def _packed_terms(x, dy, i, j, rstd, w_lo, w_hi, TILE_M: ct.Constant[int], TILE_W: ct.Constant[int],
+                  HALF: ct.Constant[int], LATENCY: ct.Constant[int]):  # fmt: skip
+    """Word tile (i, j) of a row tile: (dy, xhat, wdy) as (even, odd) fp32 pairs, and its share
+    of sum(wdy * xhat) per row."""
+    x_lo, x_hi = _unpack(_load_tile(x, i, j, TILE_M, TILE_W, LATENCY), HALF)
+    dy_lo, dy_hi = _unpack(_load_tile(dy, i, j, TILE_M, TILE_W, LATENCY), HALF)
+    xhat_lo = x_lo * rstd
+    xhat_hi = x_hi * rstd
+    wdy_lo = dy_lo * w_lo
+    wdy_hi = dy_hi * w_hi
+    part = ct.sum(wdy_lo * xhat_lo, axis=1, keepdims=True) + ct.sum(wdy_hi * xhat_hi, axis=1, keepdims=True)
+    return dy_lo, dy_hi, xhat_lo, xhat_hi, wdy_lo, wdy_hi, part
+
+
+@ct.function
+def _packed_dx(
+    dx, i, j, xhat_lo, xhat_hi, wdy_lo, wdy_hi, c, rstd, HALF: ct.Constant[int], TMA_STORE: ct.Constant[bool]
+):
+    """Stores word tile (i, j) of dx = rstd * (wdy - xhat * c)."""
+    _store_tile(dx, i, j, _pack((wdy_lo - xhat_lo * c) * rstd, (wdy_hi - xhat_hi * c) * rstd, HALF), TMA_STORE, True)
+
+
+@ct.function
+def _store_dw_pair(dw_partial, j, dw_lo, dw_hi, TILE_W: ct.Constant[int]):
+    """This block's (even, odd) dW sums of word tile j, to dw_partial[bid, 0 / 1, tile j]."""
+    ct.store(dw_partial, (ct.bid(0), 0, j), ct.reshape(dw_lo, (1, 1, TILE_W)))
+    ct.store(dw_partial, (ct.bid(0), 1, j), ct.reshape(dw_hi, (1, 1, TILE_W)))
 
 
 @ct.kernel
@@ -732,6 +784,7 @@ def rms_bwd_packed(
     offset,
     TILE_M: ct.Constant[int],
     TILE_W: ct.Constant[int],
+    TAIL_W: ct.Constant[int],
     HALF: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
@@ -739,31 +792,43 @@ def rms_bwd_packed(
     LATENCY: ct.Constant[int],
 ):
     """_bwd_tile_rows on packed 16-bit words: x, dy, dx are (m, n/2) int32 views, w an (n/2,)
-    one; a row fits one (TILE_M, TILE_W) word tile. dW partials: dw_partial is (grid, 2, n/2)
-    fp32, [b, 0] the even columns' sums and [b, 1] the odd ones' (dw_reduce_packed interleaves
-    them)."""
+    one; a row fits one (TILE_M, TILE_W) word tile, or, with TAIL_W > 0, a TILE_W-wide and a
+    TAIL_W-wide one (n/2 = TILE_W + TAIL_W; module docstring). dW partials: dw_partial is (grid,
+    2, n/2) fp32, [b, 0] the even columns' sums and [b, 1] the odd ones' (dw_reduce_packed
+    interleaves them)."""
     n = x.shape[1] * 2
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
-    w_lo, w_hi = _weight_pair(w, offset, TILE_W, HAS_WEIGHT, HALF)
+    hd = _half_dtype(HALF)
+    w_lo, w_hi = _weight_pair(w, 0, offset, TILE_W, HAS_WEIGHT, HALF)
     dw_lo = ct.zeros((1, TILE_W), dtype=ct.float32)
     dw_hi = ct.zeros((1, TILE_W), dtype=ct.float32)
+    if TAIL_W > 0:
+        jt = TILE_W // TAIL_W  # the tail's tile index
+        v_lo, v_hi = _weight_pair(w, jt, offset, TAIL_W, HAS_WEIGHT, HALF)
+        dv_lo = ct.zeros((1, TAIL_W), dtype=ct.float32)
+        dv_hi = ct.zeros((1, TAIL_W), dtype=ct.float32)
     for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
-        x_lo, x_hi = _unpack(_load_tile(x, i, 0, TILE_M, TILE_W, LATENCY), HALF)
-        dy_lo, dy_hi = _unpack(_load_tile(dy, i, 0, TILE_M, TILE_W, LATENCY), HALF)
         rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
-        xhat_lo = x_lo * rstd
-        xhat_hi = x_hi * rstd
-        wdy_lo = dy_lo * w_lo
-        wdy_hi = dy_hi * w_hi
-        c = (ct.sum(wdy_lo * xhat_lo, axis=1, keepdims=True) + ct.sum(wdy_hi * xhat_hi, axis=1, keepdims=True)) / n
-        dxt = _pack((wdy_lo - xhat_lo * c) * rstd, (wdy_hi - xhat_hi * c) * rstd, HALF)
-        _store_tile(dx, i, 0, dxt, TMA_STORE, True)
+        dy_lo, dy_hi, xhat_lo, xhat_hi, wdy_lo, wdy_hi, c = _packed_terms(x, dy, i, 0, rstd, w_lo, w_hi, TILE_M, TILE_W,
+                                                                          HALF, LATENCY)  # fmt: skip
+        if TAIL_W > 0:
+            du_lo, du_hi, uhat_lo, uhat_hi, vdu_lo, vdu_hi, cu = _packed_terms(x, dy, i, jt, rstd, v_lo, v_hi, TILE_M,
+                                                                               TAIL_W, HALF, LATENCY)  # fmt: skip
+            c = c + cu
+        c = c / n
+        _packed_dx(dx, i, 0, xhat_lo, xhat_hi, wdy_lo, wdy_hi, c, rstd, HALF, TMA_STORE)
         if HAS_WEIGHT:
-            dw_lo += _dw_rows(dy_lo, xhat_lo, _half_dtype(HALF), ROUND_XHAT)
-            dw_hi += _dw_rows(dy_hi, xhat_hi, _half_dtype(HALF), ROUND_XHAT)
+            dw_lo += _dw_rows(dy_lo, xhat_lo, hd, ROUND_XHAT)
+            dw_hi += _dw_rows(dy_hi, xhat_hi, hd, ROUND_XHAT)
+        if TAIL_W > 0:
+            _packed_dx(dx, i, jt, uhat_lo, uhat_hi, vdu_lo, vdu_hi, c, rstd, HALF, TMA_STORE)
+            if HAS_WEIGHT:
+                dv_lo += _dw_rows(du_lo, uhat_lo, hd, ROUND_XHAT)
+                dv_hi += _dw_rows(du_hi, uhat_hi, hd, ROUND_XHAT)
     if HAS_WEIGHT:
-        ct.store(dw_partial, (ct.bid(0), 0, 0), ct.reshape(dw_lo, (1, 1, TILE_W)))
-        ct.store(dw_partial, (ct.bid(0), 1, 0), ct.reshape(dw_hi, (1, 1, TILE_W)))
+        _store_dw_pair(dw_partial, 0, dw_lo, dw_hi, TILE_W)
+        if TAIL_W > 0:
+            _store_dw_pair(dw_partial, jt, dv_lo, dv_hi, TAIL_W)
 
 
 @ct.kernel

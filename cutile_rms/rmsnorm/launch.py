@@ -143,18 +143,24 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
     plan, a zero-filled int64 array of shape plan.slots (ignored otherwise).
     """
+    args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots)
+    launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
+
+
+def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None) -> tuple:
+    """The arguments of plan's forward kernel (launch_forward; the tuner times them too)."""
     has_weight = weight is not None
     w = weight if has_weight else x
     tiles = (plan.tile_m, plan.tile_n)
     if plan.kernel == "split":
         tiles += _split_consts(plan.splits, plan.slots)
+    elif plan.kernel == "tile":
+        tiles += (plan.tail,)
     consts = (*tiles, casting, has_weight, *plan.memory)
     extra = (slots,) if plan.kernel == "split" else ()
     if rstd is None:
-        args = (x, w, y, *extra, float(eps), float(offset), *consts)
-    else:
-        args = (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
-    launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
+        return (x, w, y, *extra, float(eps), float(offset), *consts)
+    return (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
 
 
 def launch_backward(
@@ -191,8 +197,8 @@ def launch_backward(
                 *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows,), kernel, args)
     elif plan.kernel == "packed":
-        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n // 2, half, has_weight, round_xhat,
-                *plan.memory)  # fmt: skip
+        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n // 2, plan.tail // 2, half,
+                has_weight, round_xhat, *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows,), _BACKWARD["packed"][plan.hints], args)
     elif plan.kernel == "split":
         args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,

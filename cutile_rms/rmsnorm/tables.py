@@ -35,7 +35,8 @@ CACHE_DIR = Path(
 )
 # "bucket" is a power of two (the row bucket) or an exact row length (config.table_key).
 # Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
-# true) and "latency" (null: no hint). Tables written before the optional ones existed stay valid.
+# true), "latency" (null: no hint) and "tail" (default 0; config.py, Tails). Tables written before
+# the optional ones existed stay valid.
 _FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")
 
 # device key -> {(op, elem_size, bucket): (kernel, tile_m, tile_n, blocks_per_sm)}. One entry per
@@ -74,6 +75,7 @@ def parse(doc: dict, source: str) -> dict:
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (
             str(e["kernel"]), int(e["tile_m"]), int(e["tile_n"]), int(e["blocks_per_sm"]),
             None if warps is None else int(warps), tma_store, None if latency is None else int(latency),
+            int(e.get("tail", 0)),
         )  # fmt: skip
     return out
 

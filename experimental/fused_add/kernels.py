@@ -25,32 +25,34 @@ C_BOOL = ct.Constant[bool]
 
 @experimental_kernel
 @ct.kernel
-def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                       HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
-    """Training forward, one tile per row: y, s and rstd. CHECK_BOUNDS=False when the shapes
-    are aligned to the tile (no masked lanes)."""
-    _fwd_tile_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True,
+def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT,
+                       CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
+                       LATENCY: C_INT):  # fmt: skip
+    """Training forward, one tile per row (two with TAIL > 0, as in the plain kernel): y, s and
+    rstd. CHECK_BOUNDS=False when the shapes are aligned to the tile (no masked lanes)."""
+    _fwd_tile_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True, True,
                    CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
-def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                             HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
+def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT,
+                             CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
+                             LATENCY: C_INT):  # fmt: skip
     """Inference forward, one tile per row: y and s, no rstd."""
-    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS,
-                   TMA_STORE, LATENCY)  # fmt: skip
+    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, True,
+                   CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
-def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
+def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT, CASTING: C_INT,
                                HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
                                LATENCY: C_INT):  # fmt: skip
     """In-place inference forward, one tile per row: s into r, y into x. Each tile is loaded
     before it is overwritten, and x and r are each one array (no aliasing between arguments)."""
-    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, CHECK_BOUNDS,
-                   TMA_STORE, LATENCY)  # fmt: skip
+    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, True,
+                   CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel

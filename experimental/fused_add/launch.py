@@ -27,14 +27,15 @@ def _forward(flavour, arrays, weight, eps, offset, casting, mode, device, stream
     tiles, chunked = _FORWARD[flavour]
     has_weight = weight is not None
     args = (*arrays[:2], weight if has_weight else x, *arrays[2:], float(eps), float(offset), plan.tile_m,
-            plan.tile_n, casting, has_weight)  # fmt: skip
+            plan.tile_n)  # fmt: skip
     if plan.kernel == "tile":
         # No-mask fast path: rows fill the tile exactly and row tiles divide M, so every load
         # and store is in bounds and the kernel may skip the checks.
         aligned = n == plan.tile_n and m % plan.tile_m == 0
-        launch(stream, (plan.grid,), tiles[plan.hints], (*args, not aligned, *plan.memory))
+        launch(stream, (plan.grid,), tiles[plan.hints], (*args, plan.tail, casting, has_weight, not aligned,
+                                                         *plan.memory))  # fmt: skip
     else:
-        launch(stream, (plan.grid,), chunked[plan.hints], (*args, *plan.memory))
+        launch(stream, (plan.grid,), chunked[plan.hints], (*args, casting, has_weight, *plan.memory))
 
 
 def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream):
