@@ -213,6 +213,24 @@ def test_tail_plans_on_the_h200():
             dataclasses.replace(C.tile(2, 4096, 2), **bad)
 
 
+def test_one_block_per_row_tile():
+    """persistent=False (the shipped fp32 forward of 1024- and 4096-wide rows): the grid is every
+    row tile; the 16-bit forward and the backward keep the persistent grid; only the tile kernel
+    takes the flag, and tables give it as a bool."""
+    p = C.plan_forward(65536, 1024, 132, elem_size=4, device_key=H200)
+    assert (p.kernel, p.tile_m, p.grid) == ("tile", 1, 65536)
+    assert C.plan_forward(16384, 4096, 132, elem_size=4, device_key=H200).grid == 16384
+    assert C.plan_forward(65536, 1024, 132, elem_size=2, device_key=H200).grid <= 132 * max(C.OCCUPANCIES)
+    assert C.plan_backward(65536, 1024, 132, elem_size=4, device_key=H200).partial_rows <= 132 * max(C.OCCUPANCIES)
+    assert C.forward_plan_from(C.tile(4, 1024, 2, persistent=False), 1001, 132, "persistent", 1024).grid == 251
+    with pytest.raises(ValueError, match="persistent"):
+        C.chunked(1, 1024, 2, persistent=False)
+    entry = {"op": "forward", "elem_size": 4, "bucket": 1024, "kernel": "tile", "tile_m": 1, "tile_n": 1024,
+             "blocks_per_sm": 8, "persistent": 0}  # fmt: skip
+    with pytest.raises(ValueError, match="persistent"):
+        T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
+
+
 def test_balanced_backward_grid():
     """The one-tile backward's grid: the fewest blocks that need as many rounds of row tiles as
     SMs x blocks per SM do (4096 row tiles on 132 SMs: 32 rounds on 128 blocks, not 31.03 on
@@ -258,7 +276,7 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     assert T.lookup("forward", 2, 4096, "sm_90:NVIDIA H100") == T.checked_in("sm_90")["forward", 2, 4096]
     # A fresh process (empty memory) reads the same entry back from disk.
     T._device_tables.clear()
-    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None, 0)
+    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None, 0, True)
     # Merging keeps earlier entries.
     T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
     doc = json.loads(path.read_text())

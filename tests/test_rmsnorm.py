@@ -210,6 +210,18 @@ def test_tail_tiles(dev, dtype, has_weight, offset, casting, tile_m, gen):
     check_variant(dev, (m, n), dtype, None, casting, has_weight, offset, gen, plans=(fplan, bplan))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_one_block_per_row_tile(dev, dtype, gen):
+    """A forward launched with one block per row tile (persistent=False; 301 rows, 2-row tiles:
+    151 blocks, the last tile partial), then the persistent backward."""
+    m, n = 301, 1000
+    sms = launch_target(torch.device(dev))[1].num_sms
+    fplan = C.forward_plan_from(C.tile(2, 1024, 2, persistent=False), m, sms, "persistent", n)
+    assert fplan.grid == 151
+    bplan = C.backward_plan_from(C.tile(2, 1024, 1), C.tile(2, 1024, 1), m, n, sms)
+    check_variant(dev, (m, n), dtype, None, "llama", True, 0.0, gen, plans=(fplan, bplan))
+
+
 H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
 
 

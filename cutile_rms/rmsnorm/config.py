@@ -57,6 +57,13 @@ MAX_SPLIT = 16
 # table entries for an exact row length carry one (a row of any other length drops it).
 TAIL_KERNELS = (("forward", "tile"), ("backward", "packed"))  # (op, kernel) pairs with a TAIL constant
 
+# One block per row tile (persistent=False, the "tile" forward only): the grid is every row tile,
+# as a non-persistent kernel launches, and the hardware schedules the blocks. On the H200 the fp32
+# forward with one-row tiles ran at 98.3-98.6% of the copy ceiling this way against 95.4-95.8%
+# persistent (N = 1024 at 8 blocks/SM, 4096 at 4); 16-bit rows, wider rows and multi-row tiles
+# lost 2-60% (bench/NOTES.md, session 7). The backward stays persistent: its dW partials take one
+# row per block.
+
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
 # Each (occupancy, warps) pair is one kernel object (cutile_rms.rmsnorm.launch): these two sets
@@ -84,6 +91,7 @@ class KernelConfig:
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none). tail > 0 (a
     "tile" forward or a "packed" backward): rows of tile_n + tail elements in two tiles (Tails).
+    persistent=False (a "tile" forward): one block per row tile instead of SMs x blocks_per_sm.
     """
 
     kernel: str
@@ -94,6 +102,7 @@ class KernelConfig:
     tma_store: bool = True
     latency: int | None = None
     tail: int = 0
+    persistent: bool = True
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -114,6 +123,8 @@ class KernelConfig:
             self.kernel not in ("tile", "packed") or self.tail & (self.tail - 1) or self.tail >= self.tile_n
         ):
             raise ValueError(f"tail must be 0 or a power of two below tile_n, for tile or packed, got {self.tail!r}")
+        if not isinstance(self.persistent, bool) or not (self.persistent or self.kernel == "tile"):
+            raise ValueError(f"persistent must be a bool, and False only for kernel tile, got {self.persistent!r}")
 
     @property
     def hints(self) -> tuple:
@@ -358,7 +369,7 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int
         return ForwardPlan(mode, "split", tile_m, cfg.tile_n, splits * groups, cfg.blocks_per_sm, cfg.warps, cfg.memory,
                            splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
-    grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
+    grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms) if cfg.persistent else -(-m // tile_m)
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory,
                        tail=cfg.tail)  # fmt: skip
 
