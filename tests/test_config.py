@@ -208,6 +208,8 @@ def test_tail_plans_on_the_h200():
     assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5000, "forward") == C.tile(2, 8192, 2)
     assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5120, "backward") == C.tile(2, 8192, 2)  # no tail kernel
     assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5120, "forward").tail == 1024
+    short = C.fit_to_row(C.tile(1, 256, 2, tail=128), 384, "forward")  # a short row: one tile of many rows
+    assert short.tail == 0 and short.tile_n == 512 and short.tile_m > 1
     for bad in (dict(kernel="chunked", tail=1024), dict(tail=1000), dict(tail=4096)):
         with pytest.raises(ValueError, match="tail"):
             dataclasses.replace(C.tile(2, 4096, 2), **bad)

@@ -276,7 +276,7 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
         cfg = dataclasses.replace(cfg, tile_n=row_n, tail=0)
     if cfg.kernel in ("tile", "packed") and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
-        return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n)
+        return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n, tail=0)
     if cfg.kernel == "chunked" and cfg.tile_n > row_n:
         return dataclasses.replace(cfg, tile_n=row_n)
     if cfg.kernel == "split" and split_count(n, cfg.tile_n) == 1:  # the row fits one segment
@@ -342,8 +342,9 @@ def split_layout(cfg: KernelConfig, m: int, n: int, num_sms: int) -> tuple:
 class ForwardPlan:
     """What the forward launcher runs: kernel ("tile", "chunked" or "split"), tile shape, 1-D
     grid, the kernel's compiler hints (occupancy, worker warps), its memory constants
-    (TMA_STORE, LATENCY: see KernelConfig) and, for "split", the blocks per row (the grid is a
-    multiple of it) and the shape of the zeroed int64 workspace it needs."""
+    (TMA_STORE, LATENCY: see KernelConfig), for "split" the blocks per row (the grid is a
+    multiple of it) and the shape of the zeroed int64 workspace it needs, and for "tile" the
+    width of a second, tail tile (0: none; see KernelConfig)."""
 
     mode: str
     kernel: str
@@ -422,7 +423,8 @@ class BackwardPlan:
     (partial_rows, num_chunks).
     kernel "split": one kernel over partial_rows x num_chunks blocks (1-D grid; num_chunks
     blocks share each row), with a zeroed int64 workspace of shape `slots`.
-    kernel "packed": "tile" on int32 word views of 16-bit arrays.
+    kernel "packed": "tile" on int32 word views of 16-bit arrays; tail > 0: each row is a
+    tile_n-wide and a tail-wide tile (KernelConfig), for "packed" only.
     Either way dW partials land in an fp32 workspace of partial_shape(n), reduced by dw_reduce
     (dw_reduce_packed) on reduce_grid blocks.
     """
