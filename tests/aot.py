@@ -145,8 +145,8 @@ def jobs():
                 if x != "float32":
                     add(f"bwd {x} {cfg}", L.backward_kernel("packed", cfg.hints),
                         _bwd_packed_params(x, x, cfg.tile_m, cfg.tile_n, True, cfg.memory, cfg.tail))  # fmt: skip
-                # what runs where no word views can be made (config.kernel_config)
-                cfg = dataclasses.replace(cfg, kernel="tile", tile_n=C.next_pow2(cfg.tile_n + cfg.tail), tail=0)
+                # what runs where no word views can be made (config.kernel_config; a tail is dropped)
+                cfg = C.fit_to_row(dataclasses.replace(cfg, kernel="tile"), cfg.tile_n + cfg.tail, "backward")
             if cfg.kernel == "tile":
                 params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
             else:

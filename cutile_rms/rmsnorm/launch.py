@@ -191,15 +191,11 @@ def launch_backward(
     w = weight if has_weight else x
     partial = dw_partial if has_weight else x
     round_xhat = has_weight and casting != K.CAST_GEMMA
-    if plan.kernel == "tile":
-        kernel = _BACKWARD["tile"][plan.hints]
-        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
-                *plan.memory)  # fmt: skip
-        launch(stream, (plan.partial_rows,), kernel, args)
-    elif plan.kernel == "packed":
-        args = (x, dy, w, rstd, dx, partial, float(offset), plan.tile_m, plan.tile_n // 2, plan.tail // 2, half,
-                has_weight, round_xhat, *plan.memory)  # fmt: skip
-        launch(stream, (plan.partial_rows,), _BACKWARD["packed"][plan.hints], args)
+    packed = plan.kernel == "packed"
+    if plan.kernel in ("tile", "packed"):  # packed: widths in words, then the tail and the 16-bit type
+        tiles = (plan.tile_m, plan.tile_n // 2, plan.tail // 2, half) if packed else (plan.tile_m, plan.tile_n)
+        args = (x, dy, w, rstd, dx, partial, float(offset), *tiles, has_weight, round_xhat, *plan.memory)
+        launch(stream, (plan.partial_rows,), _BACKWARD[plan.kernel][plan.hints], args)
     elif plan.kernel == "split":
         args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,
                 *_split_consts(plan.num_chunks, plan.slots), has_weight, round_xhat, *plan.memory)  # fmt: skip
@@ -210,7 +206,7 @@ def launch_backward(
         args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
                 *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows, plan.num_chunks), _BACKWARD["chunked"][plan.hints], args)
-    if has_weight and plan.kernel == "packed":
+    if has_weight and packed:
         launch(
             stream, (plan.reduce_grid,), K.dw_reduce_packed, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N // 2, half)
         )
