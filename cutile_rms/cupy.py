@@ -109,15 +109,16 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         if m:
             run_forward(
                 x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.info, target.stream,
-                zeros_i64=_zeros_i64(xp),
+                int64=_int64(xp),
             )  # fmt: skip
     y = y.reshape(x.shape)
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
 
 
-def _zeros_i64(xp):
-    """The split kernels' workspace allocator (zero-filled int64, on the current device)."""
-    return lambda shape: xp.zeros(shape, dtype=np.int64)
+def _int64(xp):
+    """The launchers' int64 workspace allocator, on the current device (see the torch front
+    end's): zero-filled for the split slots, uninitialized for the claim ticket."""
+    return lambda shape, zeroed: (xp.zeros if zeroed else xp.empty)(shape, dtype=np.int64)
 
 
 def _as_words(a):
@@ -162,7 +163,7 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
             r = xp.ascontiguousarray(rstd.reshape(m))
             run_backward(
                 x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream,
-                zeros_i64=_zeros_i64(xp), as_words=_as_words,
+                int64=_int64(xp), as_words=_as_words,
             )  # fmt: skip
         elif dw is not None:
             dw[...] = 0  # the sum over no rows

@@ -26,6 +26,7 @@ from cutile_rms.rmsnorm import launch as L
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
 ARRAY_DTYPES = {**DTYPES, "int64": ct.int64, "int32": ct.int32}  # the split slots, the packed words
 F32 = ScalarConstraint(ct.float32)
+I32 = ScalarConstraint(ct.int32)  # a Python int argument (the claim kernels' nonce)
 
 
 def arr(dtype_name: str, ndim: int) -> ArrayConstraint:
@@ -51,6 +52,13 @@ def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOB
     tails = [] if tail is None else [tail]
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, *tails, casting,
             w is not None, *memory]  # fmt: skip
+
+
+def _fwd_claim_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=0):
+    # The claim kernels: the tile kernels' parameters with the ticket and the nonce after rstd.
+    rstd = [arr("float32", 1)] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 1), I32, F32, F32, tile_m, tile_n,
+            tail, casting, w is not None, *memory]  # fmt: skip
 
 
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
@@ -132,6 +140,10 @@ def jobs():
                     params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, store, cfg.memory)
                     add(f"fwd {x} {cfg} split={splits} rstd={store}", kernel, params)
                 continue
+            if cfg.schedule == "claim":
+                params = _fwd_claim_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory, cfg.tail)
+                add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel("claim", cfg.hints, store), params)
+                continue
             add(f"fwd {x} {cfg} rstd={store}", kernel,
                 _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory,
                             cfg.tail if cfg.kernel == "tile" else None))  # fmt: skip
@@ -175,6 +187,8 @@ def jobs():
             add(f"fwd_tile {x} w={w} cast={casting} rstd={store} tail={REP_TAIL}",
                 L.forward_kernel("tile", f.hints, store),
                 _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=REP_TAIL))  # fmt: skip
+            add(f"fwd_claim {x} w={w} cast={casting} rstd={store}", L.forward_kernel("claim", f.hints, store),
+                _fwd_claim_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
             add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
                 L.forward_kernel("chunked", ch.hints, store),
                 _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip

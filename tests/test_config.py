@@ -192,9 +192,10 @@ def test_packed_backward_plans_on_the_h200():
 
 
 def test_tail_plans_on_the_h200():
-    """16-bit rows of exactly 5120 take the shipped two-tile entries (4096 and a 1024 tail),
-    forward and packed backward; any other length, fp32, and a backward without word views
-    (the tile kernel has no tail) get one tile that holds the row."""
+    """Rows of exactly 5120 take the shipped two-tile entries (4096 and a 1024 tail): 16-bit
+    forward and packed backward, and the fp32 forward; any other length, the fp32 backward,
+    and a backward without word views (the tile kernel has no tail) get one tile that holds
+    the row."""
     m = 13107
     f = C.plan_forward(m, 5120, 132, elem_size=2, device_key=H200)
     assert (f.kernel, f.tile_n, f.tail) == ("tile", 4096, 1024)
@@ -202,7 +203,9 @@ def test_tail_plans_on_the_h200():
     assert (b.kernel, b.tile_n, b.tail) == ("packed", 4096, 1024) and b.partial_shape(5120) == (b.partial_rows, 2, 2560)
     t = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200)
     assert (t.kernel, t.tile_n, t.tail, t.tile_m, t.hints) == ("tile", 8192, 0, b.tile_m, b.hints)
-    for n, es in ((5120, 4), (5000, 2), (5122, 2)):
+    assert C.plan_forward(m, 5120, 132, elem_size=4, device_key=H200).tail == 1024
+    assert C.plan_backward(m, 5120, 132, elem_size=4, device_key=H200).tail == 0
+    for n, es in ((5000, 2), (5122, 2), (5000, 4)):
         p = C.plan_forward(m, n, 132, elem_size=es, device_key=H200)
         assert p.tail == 0 and p.tile_n >= n
     assert C.fit_to_row(C.tile(2, 4096, 2, tail=1024), 5000, "forward") == C.tile(2, 8192, 2)
@@ -215,22 +218,40 @@ def test_tail_plans_on_the_h200():
             dataclasses.replace(C.tile(2, 4096, 2), **bad)
 
 
-def test_one_block_per_row_tile():
-    """persistent=False (the shipped fp32 forward of 1024- and 4096-wide rows): the grid is every
-    row tile; the 16-bit forward and the backward keep the persistent grid; only the tile kernel
-    takes the flag, and tables give it as a bool."""
+def test_row_tile_schedules():
+    """schedule "per_tile" (the shipped fp32 forward of 1024- and 4096-wide rows): the grid is every
+    row tile. "claim" (shipped for some 16-bit and fp32 forward buckets): the persistent grid;
+    it falls back to "stride" for a caller without the ticket workspace and where every block
+    has one row tile anyway. The 16-bit forward elsewhere and the backward stride; only the tile
+    kernel takes another schedule, and tables give it as a string (never for a backward)."""
     p = C.plan_forward(65536, 1024, 132, elem_size=4, device_key=H200)
-    assert (p.kernel, p.tile_m, p.grid) == ("tile", 1, 65536)
+    assert (p.kernel, p.tile_m, p.grid, p.schedule) == ("tile", 1, 65536, "per_tile")
     assert C.plan_forward(16384, 4096, 132, elem_size=4, device_key=H200).grid == 16384
     assert C.plan_forward(65536, 1024, 132, elem_size=2, device_key=H200).grid <= 132 * max(C.OCCUPANCIES)
     assert C.plan_backward(65536, 1024, 132, elem_size=4, device_key=H200).partial_rows <= 132 * max(C.OCCUPANCIES)
-    assert C.forward_plan_from(C.tile(4, 1024, 2, persistent=False), 1001, 132, "persistent", 1024).grid == 251
-    with pytest.raises(ValueError, match="persistent"):
-        C.chunked(1, 1024, 2, persistent=False)
+    assert C.forward_plan_from(C.tile(4, 1024, 2, schedule="per_tile"), 1001, 132, "persistent", 1024).grid == 251
+    claimed = C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200)
+    assert (claimed.schedule, claimed.tile_m, claimed.grid) == ("claim", 2, 264)
+    fp32 = C.plan_forward(13107, 5120, 132, elem_size=4, device_key=H200)
+    assert (fp32.schedule, fp32.tile_n, fp32.tail) == ("claim", 4096, 1024)
+    assert C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200, allow_claim=False).schedule == "stride"
+    assert C.forward_plan_from(C.tile(2, 4096, 2, schedule="claim"), 100, 132, "persistent", 4096).schedule == "stride"
+    assert C.forward_plan_from(C.tile(2, 4096, 2, schedule="claim"), 1000, 132, "persistent", 4096).grid == 264
+    for bad in (
+        dict(kernel="chunked", schedule="claim"),
+        dict(kernel="split", schedule="per_tile"),
+        dict(schedule="x"),
+    ):
+        with pytest.raises(ValueError, match="schedule"):
+            dataclasses.replace(C.tile(2, 4096, 2), **bad)
     entry = {"op": "forward", "elem_size": 4, "bucket": 1024, "kernel": "tile", "tile_m": 1, "tile_n": 1024,
-             "blocks_per_sm": 8, "persistent": 0}  # fmt: skip
-    with pytest.raises(ValueError, match="persistent"):
+             "blocks_per_sm": 8, "schedule": 0}  # fmt: skip
+    with pytest.raises(ValueError, match="schedule"):
         T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
+    with pytest.raises(ValueError, match="schedule"):
+        T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "backward", "schedule": "claim"}]}, "test")
+    parsed = T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "forward_few", "schedule": "claim"}]}, "test")
+    assert C.KernelConfig(*parsed["forward_few", 4, 1024]).schedule == "claim"
 
 
 def test_balanced_backward_grid():
@@ -245,7 +266,7 @@ def test_balanced_backward_grid():
     assert C.balanced_grid(16384, 4, 1, 132) == 128
     p = C.plan_backward(16384, 4096, 132, elem_size=2, device_key=H200, allow_packed=True)
     assert (p.tile_m, p.partial_rows) == (4, 128)
-    assert C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200).grid == 132 * 4
+    assert C.plan_forward(16384, 1024, 132, elem_size=2, device_key=H200).grid == 132  # the forward's: SMs x 1
 
 
 @pytest.fixture
@@ -278,7 +299,7 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     assert T.lookup("forward", 2, 4096, "sm_90:NVIDIA H100") == T.checked_in("sm_90")["forward", 2, 4096]
     # A fresh process (empty memory) reads the same entry back from disk.
     T._device_tables.clear()
-    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None, 0, True)
+    assert T.lookup("forward", 2, 4096, H200) == ("tile", 2, 4096, 8, None, True, None, 0, "stride")
     # Merging keeps earlier entries.
     T.record(H200, "NVIDIA H200", [_entry("backward", 2, 512, C.tile(4, 512, 2))], made_by="test")
     doc = json.loads(path.read_text())

@@ -80,7 +80,7 @@ class Result:
             "op": self.op, "elem_size": self.elem_size, "bucket": self.bucket, "kernel": c.kernel,
             "tile_m": c.tile_m, "tile_n": c.tile_n, "blocks_per_sm": c.blocks_per_sm, "warps": c.warps,
             "tma_store": c.tma_store, "latency": c.latency, "us": round(self.us, 2), "m": self.m,
-            **({"tail": c.tail} if c.tail else {}), **({} if c.persistent else {"persistent": False}),
+            **({"tail": c.tail} if c.tail else {}), **({} if c.schedule == "stride" else {"schedule": c.schedule}),
         }  # fmt: skip
 
 

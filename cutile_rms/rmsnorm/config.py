@@ -57,12 +57,20 @@ MAX_SPLIT = 16
 # table entries for an exact row length carry one (a row of any other length drops it).
 TAIL_KERNELS = (("forward", "tile"), ("backward", "packed"))  # (op, kernel) pairs with a TAIL constant
 
-# One block per row tile (persistent=False, the "tile" forward only): the grid is every row tile,
-# as a non-persistent kernel launches, and the hardware schedules the blocks. On the H200 the fp32
-# forward with one-row tiles ran at 98.3-98.6% of the copy ceiling this way against 95.4-95.8%
-# persistent (N = 1024 at 8 blocks/SM, 4096 at 4); 16-bit rows, wider rows and multi-row tiles
-# lost 2-60% (bench/NOTES.md, session 7). The backward stays persistent: its dW partials take one
-# row per block.
+# Row-tile schedules of the "tile" forward (the backward always strides: its dW partials take
+# one row per block):
+# - "stride": a persistent grid (SMs x blocks per SM); block b takes row tiles b, b + grid, ...
+# - "per_tile": one block per row tile, as a non-persistent kernel launches; the hardware
+#   schedules the blocks. On the H200 the fp32 forward with one-row tiles ran at 98.3-98.6% of
+#   the copy ceiling this way against 95.4-95.8% strided (N = 1024 at 8 blocks/SM, 4096 at 4);
+#   16-bit rows, wider rows and multi-row tiles lost 2-60% (bench/NOTES.md, session 7).
+# - "claim": the persistent grid, each block taking tile b and then claiming the next row tile
+#   from an atomic ticket (kernels.py, claimed row tiles), so faster blocks take more tiles. It
+#   needs a one-word int64 workspace per launch (not zeroed). On the H200, with 8-32 KB row
+#   tiles: 16-bit N = 4096 and fp16 8192 2.6-9% faster than strided, fp32 N = 512, 2048 and
+#   5120-8192 1.2-5% faster; with small tiles (2-8 KB, 16-bit N <= 2048) or 8 blocks/SM it lost
+#   up to 50% (bench/NOTES.md, session 8). A caller without the workspace strides instead.
+SCHEDULES = ("stride", "per_tile", "claim")
 
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
@@ -91,7 +99,8 @@ class KernelConfig:
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none). tail > 0 (a
     "tile" forward or a "packed" backward): rows of tile_n + tail elements in two tiles (Tails).
-    persistent=False (a "tile" forward): one block per row tile instead of SMs x blocks_per_sm.
+    schedule (a "tile" forward; SCHEDULES above): how blocks take row tiles, "stride" for every
+    other kernel.
     """
 
     kernel: str
@@ -102,7 +111,7 @@ class KernelConfig:
     tma_store: bool = True
     latency: int | None = None
     tail: int = 0
-    persistent: bool = True
+    schedule: str = "stride"
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -123,8 +132,10 @@ class KernelConfig:
             self.kernel not in ("tile", "packed") or self.tail & (self.tail - 1) or self.tail >= self.tile_n
         ):
             raise ValueError(f"tail must be 0 or a power of two below tile_n, for tile or packed, got {self.tail!r}")
-        if not isinstance(self.persistent, bool) or not (self.persistent or self.kernel == "tile"):
-            raise ValueError(f"persistent must be a bool, and False only for kernel tile, got {self.persistent!r}")
+        if self.schedule not in SCHEDULES or (self.schedule != "stride" and self.kernel != "tile"):
+            raise ValueError(
+                f"schedule must be one of {SCHEDULES}, other than stride only for tile, got {self.schedule!r}"
+            )
 
     @property
     def hints(self) -> tuple:
@@ -344,7 +355,8 @@ class ForwardPlan:
     grid, the kernel's compiler hints (occupancy, worker warps), its memory constants
     (TMA_STORE, LATENCY: see KernelConfig), for "split" the blocks per row (the grid is a
     multiple of it) and the shape of the zeroed int64 workspace it needs, and for "tile" the
-    width of a second, tail tile (0: none; see KernelConfig)."""
+    width of a second, tail tile (0: none; see KernelConfig) and the row-tile schedule (a
+    "claim" plan needs a one-word int64 workspace, not zeroed)."""
 
     mode: str
     kernel: str
@@ -357,6 +369,7 @@ class ForwardPlan:
     splits: int = 1
     slots: tuple = ()
     tail: int = 0
+    schedule: str = "stride"
 
     @property
     def hints(self) -> tuple:
@@ -370,9 +383,16 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int
         return ForwardPlan(mode, "split", tile_m, cfg.tile_n, splits * groups, cfg.blocks_per_sm, cfg.warps, cfg.memory,
                            splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
-    grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms) if cfg.persistent else -(-m // tile_m)
+    row_tiles = -(-m // tile_m)
+    schedule = cfg.schedule
+    if schedule == "per_tile":
+        grid = row_tiles
+    else:  # never more blocks than row tiles: the claim schedule starts every block on its own tile
+        grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
+        if grid == row_tiles:  # one row tile per block: nothing to claim
+            schedule = "stride"
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory,
-                       tail=cfg.tail)  # fmt: skip
+                       tail=cfg.tail, schedule=schedule)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -385,19 +405,23 @@ def plan_forward(
     elem_size: int = 2,
     device_key: str | None = None,
     allow_split: bool = True,
+    allow_claim: bool = True,
 ) -> ForwardPlan:
     """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
     on a GPU with num_sms SMs (device_key: see tables.lookup; None: defaults only).
 
     mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
     table's chunked or split config); "gather" always takes the fixed GATHER config.
-    allow_split=False (a caller without the split kernels) never plans a split kernel.
+    allow_split=False (a caller without the split kernels) never plans a split kernel;
+    allow_claim=False (a caller without the ticket workspace) strides where the table claims.
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     if mode == "gather":
         return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode, n)
     cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
+    if cfg.schedule == "claim" and not allow_claim:
+        cfg = dataclasses.replace(cfg, schedule="stride")
     if mode is None:
         mode = "gather" if cfg.kernel == "chunked" else "persistent"
     return forward_plan_from(cfg, m, num_sms, mode, n)

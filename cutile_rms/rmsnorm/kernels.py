@@ -37,6 +37,8 @@ the H200 favours for one-row tiles, bench/NOTES.md).
 import cuda.tile as ct
 
 ZERO = ct.PaddingMode.ZERO
+_RELAXED = ct.MemoryOrder.RELAXED  # the split kernels' exchanges and the claim schedule's ticket
+_DEVICE = ct.MemoryScope.DEVICE
 
 # Casting modes (kernel Constants; the names and meanings are Liger-Kernel's).
 CAST_LLAMA = 0  # fp32 statistics; xhat rounded to the input dtype before the weight multiply
@@ -137,6 +139,66 @@ def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Const
 
 
 @ct.function
+def _tail_weight(w, wp, offset, TILE_N: ct.Constant[int], TAIL: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
+    """The tail tile's (1, TAIL) offset + w (TAIL > 0); wp itself, unused, when there is no tail."""
+    if TAIL > 0:
+        return _weight_row(w, TILE_N // TAIL, offset, TAIL, HAS_WEIGHT)
+    else:
+        return wp
+
+
+@ct.function
+def _fwd_row_tile(
+    x,
+    r,
+    y,
+    s_out,
+    rstd_out,
+    i,
+    wp,
+    wpt,
+    n,
+    eps,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[bool],
+    CHECK_BOUNDS: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Forward of row tile i when a row fits one tile (N <= TILE_N) or, with TAIL > 0, two:
+    columns [0, TILE_N) and [TILE_N, TILE_N + TAIL) (N = TILE_N + TAIL; module docstring).
+    wp and wpt are the two tiles' offset + w. With ADD_RESIDUAL the row normalized is s = x + r,
+    stored to s_out on the way (one pass: s stays on chip); otherwise r and s_out are unused.
+    CHECK_BOUNDS=False (the caller has checked N == TILE_N and TILE_M divides M) skips the
+    bounds checks."""
+    xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
+    if ADD_RESIDUAL:
+        xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY)
+    xf = ct.astype(xt, ct.float32)
+    sum_sq = ct.sum(xf * xf, axis=1, keepdims=True)
+    if TAIL > 0:
+        jt = TILE_N // TAIL  # the tail's tile index
+        xu = _load_rows(x, i, jt, TILE_M, TAIL, CHECK_BOUNDS, LATENCY)
+        if ADD_RESIDUAL:
+            xu = _add_residual(xu, r, s_out, i, jt, TILE_M, TAIL, CHECK_BOUNDS, TMA_STORE, LATENCY)
+        uf = ct.astype(xu, ct.float32)
+        sum_sq = sum_sq + ct.sum(uf * uf, axis=1, keepdims=True)
+    rstd = ct.rsqrt(sum_sq / n + eps)
+    yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
+    _store_tile(y, i, 0, ct.astype(yt, y.dtype), TMA_STORE, CHECK_BOUNDS)
+    if TAIL > 0:
+        _store_tile(y, i, jt, ct.astype(_normalize(xu, rstd, wpt, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE,
+                    CHECK_BOUNDS)  # fmt: skip
+    if STORE_RSTD:
+        ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS)
+
+
+@ct.function
 def _fwd_tile_rows(
     x,
     r,
@@ -157,40 +219,78 @@ def _fwd_tile_rows(
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
-    """Static persistent forward: a whole row fits one tile (N <= TILE_N), or, with TAIL > 0,
-    two: columns [0, TILE_N) and [TILE_N, TILE_N + TAIL) (N = TILE_N + TAIL; module docstring).
+    """Static persistent forward (see _fwd_row_tile): each block loads the weight once and
+    strides over the (TILE_M, TILE_N) row tiles bid, bid + grid, bid + 2 grid, ..."""
+    n = x.shape[1]
+    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
+    wpt = _tail_weight(w, wp, offset, TILE_N, TAIL, HAS_WEIGHT)
+    for i in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_M), ct.num_blocks(0)):
+        _fwd_row_tile(x, r, y, s_out, rstd_out, i, wp, wpt, n, eps, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT,
+                      STORE_RSTD, ADD_RESIDUAL, CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
-    Each block loads the weight once and strides over (TILE_M, TILE_N) row tiles. With
-    ADD_RESIDUAL the row normalized is s = x + r, stored to s_out on the way (one pass: s
-    stays on chip); otherwise r and s_out are unused. CHECK_BOUNDS=False (the caller has
-    checked N == TILE_N and TILE_M divides M) skips the bounds checks of the row tiles.
-    """
+
+# Claimed row tiles (the "claim" schedule, config.py). Block b takes row tile b first, then
+# claims each further one from a ticket, an int64 word of the launch's workspace: one relaxed
+# atomic add per row tile, issued a tile ahead so its round trip overlaps the current tile. Blocks
+# that run faster take more tiles, where the static stride gives every block the same share.
+# The ticket holds epoch << 32 | count, the epoch being the launch's nonce (a positive int32 from
+# the launcher, new for every launch). Block 0 sets it to epoch << 32 as it starts; a claim that
+# returns another epoch came before that (the workspace is not zeroed: it holds what the memory
+# held, or 0, below) and is made again. All atomics on the word are ordered, so the claims after
+# block 0's are counted from 0 without a fence. A launch makes exactly as many claims with its
+# epoch as there are row tiles (each block's last claim is the one past the end); the block whose
+# claim counts the last row tile puts the word back to 0, so a CUDA graph replaying the launch with
+# the same nonce starts from a stale epoch again, never from the previous replay's count.
+TICKET_EPOCH = 1 << 32
+
+
+@ct.function
+def _claim(ticket, base):
+    """This launch's next count from the ticket (base = epoch << 32), as an int32."""
+    got = ct.atomic_add(ticket, 0, 1, memory_order=_RELAXED, memory_scope=_DEVICE)
+    while (got < base) | (got >= base + TICKET_EPOCH):
+        got = ct.atomic_add(ticket, 0, 1, memory_order=_RELAXED, memory_scope=_DEVICE)
+    return ct.astype(got - base, ct.int32)
+
+
+@ct.function
+def _fwd_tile_claimed(
+    x,
+    w,
+    y,
+    rstd_out,
+    ticket,
+    nonce,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """_fwd_tile_rows with claimed row tiles (see above). The grid must not exceed the row tiles."""
     n = x.shape[1]
     num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
+    grid = ct.num_blocks(0)
+    base = ct.astype(nonce, ct.int64) * TICKET_EPOCH
+    if ct.bid(0) == 0:
+        ct.atomic_xchg(ticket, 0, base, memory_order=_RELAXED, memory_scope=_DEVICE)
     wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
-    if TAIL > 0:
-        jt = TILE_N // TAIL  # the tail's tile index
-        wpt = _weight_row(w, jt, offset, TAIL, HAS_WEIGHT)
-    for i in range(ct.bid(0), num_row_tiles, ct.num_blocks(0)):
-        xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
-        if ADD_RESIDUAL:
-            xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY)
-        xf = ct.astype(xt, ct.float32)
-        sum_sq = ct.sum(xf * xf, axis=1, keepdims=True)
-        if TAIL > 0:
-            xu = _load_rows(x, i, jt, TILE_M, TAIL, CHECK_BOUNDS, LATENCY)
-            if ADD_RESIDUAL:
-                xu = _add_residual(xu, r, s_out, i, jt, TILE_M, TAIL, CHECK_BOUNDS, TMA_STORE, LATENCY)
-            uf = ct.astype(xu, ct.float32)
-            sum_sq = sum_sq + ct.sum(uf * uf, axis=1, keepdims=True)
-        rstd = ct.rsqrt(sum_sq / n + eps)
-        yt = _normalize(xt, rstd, wp, CASTING, HAS_WEIGHT)
-        _store_tile(y, i, 0, ct.astype(yt, y.dtype), TMA_STORE, CHECK_BOUNDS)
-        if TAIL > 0:
-            _store_tile(y, i, jt, ct.astype(_normalize(xu, rstd, wpt, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE,
-                        CHECK_BOUNDS)  # fmt: skip
-        if STORE_RSTD:
-            ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS)
+    wpt = _tail_weight(w, wp, offset, TILE_N, TAIL, HAS_WEIGHT)
+    i = ct.bid(0)
+    last = 0
+    while i < num_row_tiles:
+        count = _claim(ticket, base)
+        _fwd_row_tile(x, x, y, y, rstd_out, i, wp, wpt, n, eps, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT,
+                      STORE_RSTD, False, True, TMA_STORE, LATENCY)  # fmt: skip
+        i = grid + count
+        last = count
+    if last == num_row_tiles - 1:  # this block made the launch's last claim
+        ct.atomic_xchg(ticket, 0, 0, memory_order=_RELAXED, memory_scope=_DEVICE)
 
 
 @ct.function
@@ -256,8 +356,6 @@ def _fwd_chunked_rows(
 # (allocated zeroed for every launch) and each is written once per launch.
 SLOT_FLAG = 1 << 32
 SLOT_BITS = (1 << 32) - 1
-_RELAXED = ct.MemoryOrder.RELAXED
-_DEVICE = ct.MemoryScope.DEVICE
 
 
 @ct.function
@@ -428,6 +526,51 @@ def rms_fwd_tile_infer(
     """Single-tile forward without rstd (inference)."""
     _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, False, True,
                    TMA_STORE, LATENCY)  # fmt: skip
+
+
+@ct.kernel
+def rms_fwd_claim(
+    x,
+    w,
+    y,
+    rstd_out,
+    ticket,
+    nonce,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Single-tile forward with claimed row tiles that stores rstd (see _fwd_tile_claimed)."""
+    _fwd_tile_claimed(x, w, y, rstd_out, ticket, nonce, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True,
+                      TMA_STORE, LATENCY)  # fmt: skip
+
+
+@ct.kernel
+def rms_fwd_claim_infer(
+    x,
+    w,
+    y,
+    ticket,
+    nonce,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    TAIL: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    TMA_STORE: ct.Constant[bool],
+    LATENCY: ct.Constant[int],
+):
+    """Single-tile forward with claimed row tiles, without rstd (inference)."""
+    _fwd_tile_claimed(x, w, y, y, ticket, nonce, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False,
+                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel

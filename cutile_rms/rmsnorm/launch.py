@@ -8,11 +8,13 @@ Absent optional arrays (no weight, no rstd to store, no dW workspace) are replac
 a placeholder: the kernels' compile-time flags remove every access to them.
 
 Workspaces come from the caller: ``empty_f32(shape)`` (fp32, contents ignored) for the
-backward's dW partials and row dots, ``zeros_i64(shape)`` (int64, zero-filled for every launch)
-for the split kernels' slots. The packed backward takes int32 views of 16-bit arrays, made by
+backward's dW partials and row dots, ``int64(shape, zeroed)`` (int64, new for every launch;
+zero-filled when ``zeroed``) for the split kernels' slots (zeroed) and the claim schedule's
+ticket (not zeroed). The packed backward takes int32 views of 16-bit arrays, made by
 the caller's ``as_words(array)`` (None where the layout allows no such view).
 """
 
+import itertools
 import threading
 
 from cutile_rms._launch import launch, with_hints
@@ -72,6 +74,8 @@ _FORWARD = {
     ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
     ("split", True): HintVariants(K.rms_fwd_split),
     ("split", False): HintVariants(K.rms_fwd_split_infer),
+    ("claim", True): HintVariants(K.rms_fwd_claim),
+    ("claim", False): HintVariants(K.rms_fwd_claim_infer),
 }
 _BACKWARD = {
     "tile": HintVariants(K.rms_bwd_tile),
@@ -121,9 +125,23 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
 
 
 def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
-    """The forward kernel object of a kind ("tile", "chunked" or "split") and hints
-    (occupancy, warps), with or without the rstd store."""
+    """The forward kernel object of a kind ("tile", "chunked", "split" or "claim": the tile
+    kernel with claimed row tiles) and hints (occupancy, warps), with or without the rstd store."""
     return _FORWARD[kind, store_rstd][hints]
+
+
+def _forward_kind(plan: ForwardPlan) -> str:
+    return "claim" if plan.schedule == "claim" else plan.kernel
+
+
+# The claim schedule's launch nonces: positive int32s, a new one for every launch (kernels.py,
+# claimed row tiles). itertools.count is atomic under the GIL.
+_NONCE_MAX = 2**31 - 1
+_nonces = itertools.count(1)
+
+
+def _nonce() -> int:
+    return next(_nonces) % _NONCE_MAX + 1
 
 
 def backward_kernel(kind: str, hints: tuple):
@@ -141,10 +159,12 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     """y = rms_norm(x) * (offset + weight); rstd (m,) fp32 is stored unless it is None.
 
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
-    plan, a zero-filled int64 array of shape plan.slots (ignored otherwise).
+    plan, a zero-filled int64 array of shape plan.slots; for a claim plan, an int64 array of
+    one element or more, contents ignored, that no other launch uses while this one runs
+    (ignored otherwise).
     """
     args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots)
-    launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
+    launch(stream, (plan.grid,), forward_kernel(_forward_kind(plan), plan.hints, rstd is not None), args)
 
 
 def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None) -> tuple:
@@ -157,7 +177,12 @@ def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: floa
     elif plan.kernel == "tile":
         tiles += (plan.tail,)
     consts = (*tiles, casting, has_weight, *plan.memory)
-    extra = (slots,) if plan.kernel == "split" else ()
+    if plan.kernel == "split":
+        extra = (slots,)
+    elif plan.schedule == "claim":
+        extra = (slots, _nonce())
+    else:
+        extra = ()
     if rstd is None:
         return (x, w, y, *extra, float(eps), float(offset), *consts)
     return (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
@@ -214,11 +239,12 @@ def launch_backward(
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
-def forward_plan(x, mode, device, allow_split: bool = True) -> ForwardPlan:
+def forward_plan(x, mode, device, allow_split: bool = True, allow_claim: bool = True) -> ForwardPlan:
     """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
     key = device.key
-    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
+    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split,
+                        allow_claim=allow_claim)  # fmt: skip
 
 
 def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = False) -> BackwardPlan:
@@ -228,20 +254,25 @@ def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = Fals
                          allow_packed=allow_packed)  # fmt: skip
 
 
-def _slots(plan, zeros_i64):
-    """A split plan's zeroed workspace (plans are split only when zeros_i64 was given)."""
-    return zeros_i64(plan.slots) if plan.kernel == "split" else None
+def _slots(plan, int64):
+    """A split plan's zeroed workspace, a claim plan's ticket, or None (plans are split or
+    claim only when int64 was given)."""
+    if plan.kernel == "split":
+        return int64(plan.slots, True)
+    if isinstance(plan, ForwardPlan) and plan.schedule == "claim":
+        return int64((1,), False)
+    return None
 
 
-def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, zeros_i64=None):
+def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, int64=None):
     """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
-    _device.DeviceInfo); see :func:`launch_forward`. zeros_i64(shape) allocates the split
-    kernels' zeroed workspace on x's device (None: plans that need it fall back to others)."""
-    plan = forward_plan(x, mode, device, allow_split=zeros_i64 is not None)
-    launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, zeros_i64))
+    _device.DeviceInfo); see :func:`launch_forward`. int64(shape, zeroed) allocates the split
+    and claim plans' workspaces on x's device (None: plans that need one fall back to others)."""
+    plan = forward_plan(x, mode, device, allow_split=int64 is not None, allow_claim=int64 is not None)
+    launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, int64))
 
 
-def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, zeros_i64=None,
+def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, int64=None,
                  as_words=None):  # fmt: skip
     """Plan the backward for (m, n) arrays (m > 0) on a device, allocate its fp32 workspaces
     with ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
@@ -249,18 +280,18 @@ def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty
     packed kernel is planned only when it is given and every view can be made)."""
     m, n = x.shape
     packable = as_words is not None and (weight is None or weight.dtype == x.dtype)
-    plan = backward_plan(x, device, allow_split=zeros_i64 is not None, allow_packed=packable)
+    plan = backward_plan(x, device, allow_split=int64 is not None, allow_packed=packable)
     arrays = (x, dy, weight, dx, dw)
     half = K.HALF_BF16  # unused unless packed
     if plan.kernel == "packed":
         half = half_code(x.dtype)
         words = [None if a is None else as_words(a) for a in arrays]
         if any(v is None for a, v in zip(arrays, words, strict=False) if a is not None):  # an odd offset or row stride
-            plan = backward_plan(x, device, allow_split=zeros_i64 is not None)
+            plan = backward_plan(x, device, allow_split=int64 is not None)
         else:
             arrays = words
     dw_partial = None if weight is None else empty_f32(plan.partial_shape(n))
     row_dot = empty_f32((m,)) if plan.needs_row_dot else None
     x, dy, weight, dx, dw = arrays
     launch_backward(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, stream,
-                    _slots(plan, zeros_i64), half)  # fmt: skip
+                    _slots(plan, int64), half)  # fmt: skip

@@ -35,8 +35,8 @@ CACHE_DIR = Path(
 )
 # "bucket" is a power of two (the row bucket) or an exact row length (config.table_key).
 # Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
-# true), "latency" (null: no hint), "tail" (default 0; config.py, Tails) and "persistent" (default
-# true). Tables written before the optional ones existed stay valid.
+# true), "latency" (null: no hint), "tail" (default 0; config.py, Tails) and "schedule" (default
+# "stride"; config.SCHEDULES). Tables written before the optional ones existed stay valid.
 _FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")
 
 # device key -> {(op, elem_size, bucket): (kernel, tile_m, tile_n, blocks_per_sm)}. One entry per
@@ -70,14 +70,15 @@ def parse(doc: dict, source: str) -> dict:
     out = {}
     for e in doc["entries"]:
         warps, latency, tma_store = e.get("warps"), e.get("latency"), e.get("tma_store", True)
-        persistent = e.get("persistent", True)
-        for name, flag in (("tma_store", tma_store), ("persistent", persistent)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{source}: {name} must be true or false, got {flag!r}")
+        schedule = e.get("schedule", "stride")
+        if not isinstance(tma_store, bool):
+            raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
+        if not isinstance(schedule, str) or (schedule != "stride" and not e["op"].startswith("forward")):
+            raise ValueError(f"{source}: schedule must be a string, and stride for a backward, got {schedule!r}")
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (
             str(e["kernel"]), int(e["tile_m"]), int(e["tile_n"]), int(e["blocks_per_sm"]),
             None if warps is None else int(warps), tma_store, None if latency is None else int(latency),
-            int(e.get("tail", 0)), persistent,
+            int(e.get("tail", 0)), schedule,
         )  # fmt: skip
     return out
 

@@ -134,9 +134,15 @@ def as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return t if t.dim() == 2 else t.view(m, n)
 
 
-def _zeros_i64(x):
-    """The split kernels' workspace allocator (zero-filled int64 on x's device)."""
-    return lambda shape: torch.zeros(shape, dtype=torch.int64, device=x.device)
+def _int64(x):
+    """The launchers' int64 workspace allocator on x's device (launch.py: the split kernels'
+    zeroed slots, the claim schedule's ticket); each call returns new memory, so no two launches
+    share a workspace (the caching allocator reuses it only in stream order)."""
+
+    def int64(shape, zeroed):
+        return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.int64, device=x.device)
+
+    return int64
 
 
 def as_words(t: torch.Tensor):
@@ -160,7 +166,7 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     if m:
         r = None if rstd is None else (rstd if rstd.dim() == 1 else rstd.view(m))
         launch_on_device(x, run_forward, x2, unit_stride(weight), as_rows(y, m, n), r, eps, offset, casting, mode,
-                         zeros_i64=_zeros_i64(x))  # fmt: skip
+                         int64=_int64(x))  # fmt: skip
     return y, rstd
 
 
@@ -183,5 +189,5 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
 
     r = rstd.detach().reshape(m)
     args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
-    launch_on_device(x, run_backward, *args, empty_f32, zeros_i64=_zeros_i64(x), as_words=as_words)
+    launch_on_device(x, run_backward, *args, empty_f32, int64=_int64(x), as_words=as_words)
     return dx, dw
