@@ -318,7 +318,7 @@ def test_shipped_claim_entries_run(dev, gen):
     stream, dev_info = launch_target(torch.device(dev))
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
     for n, dtype in ((4096, torch.bfloat16), (5120, torch.float32)):
-        m = C.FEW_ROWS + 9
+        m = 4 * C.FEW_ROWS + 9  # past the few-row class, and more row tiles than blocks (else: stride)
         x, _, w = make_inputs((m, n), dtype, dev, generator=gen)
         assert forward_plan(x, None, info).schedule == "claim"
         yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
