@@ -194,7 +194,7 @@ WARM_SLICE = 6  # candidates per compile job: small slices keep every worker bus
 def _warm_jobs(jobs):
     for m, n, d, ops in jobs:
         for op in ops:
-            space = A.forward_candidates(n) if op == "forward" else A.backward_candidates(n)
+            space = A.forward_candidates(n, m) if op == "forward" else A.backward_candidates(n)
             for i in range(0, len(space), WARM_SLICE):
                 yield m, n, d, op, space[i : i + WARM_SLICE]
 

@@ -54,6 +54,13 @@ def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOB
             w is not None, *memory]  # fmt: skip
 
 
+def _fwd_row_params(x, w, tile_m, tile_n, casting, store_rstd, check_bounds):
+    # The few-row kernels: no memory knobs, a CHECK_BOUNDS constant instead.
+    rstd = [arr("float32", 1)] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
+            w is not None, check_bounds]  # fmt: skip
+
+
 def _fwd_claim_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=0):
     # The claim kernels: the tile kernels' parameters with the ticket and the nonce after rstd.
     rstd = [arr("float32", 1)] if store_rstd else []
@@ -112,6 +119,7 @@ REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
 REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
 REP_PACKED = C.packed(1, 4096, 1, 8)
+REP_ROW = C.row(1, 4096, 8)
 REP_TAIL = 1024  # a tail beside REP_FWD's and REP_PACKED's 4096-wide tiles
 # Blocks per row the split kernels are compiled for at every planned split config (a table
 # entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
@@ -143,6 +151,10 @@ def jobs():
             if cfg.schedule == "claim":
                 params = _fwd_claim_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory, cfg.tail)
                 add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel("claim", cfg.hints, store), params)
+                continue
+            if cfg.kernel == "row":  # planned only for rows of exactly tile_n (config.fit_to_row)
+                params = _fwd_row_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.tile_m > 1)
+                add(f"fwd {x} {cfg} rstd={store}", kernel, params)
                 continue
             add(f"fwd {x} {cfg} rstd={store}", kernel,
                 _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory,
@@ -189,6 +201,10 @@ def jobs():
                 _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=REP_TAIL))  # fmt: skip
             add(f"fwd_claim {x} w={w} cast={casting} rstd={store}", L.forward_kernel("claim", f.hints, store),
                 _fwd_claim_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
+            for check in (False, True):
+                add(f"fwd_row {x} w={w} cast={casting} rstd={store} check={check}",
+                    L.forward_kernel("row", REP_ROW.hints, store),
+                    _fwd_row_params(x, w, REP_ROW.tile_m, REP_ROW.tile_n, casting, store, check))  # fmt: skip
             add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
                 L.forward_kernel("chunked", ch.hints, store),
                 _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip

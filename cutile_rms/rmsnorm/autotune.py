@@ -9,7 +9,8 @@ What is searched (named so the search space reads as one table):
 
 - forward: one tile per row (``tile``) with tile_m rows, and the chunked kernel with
   tile_m rows x tile_n-column chunks; each at every occupancy hint, with and without TMA
-  stores, and the fastest few again with a load latency hint;
+  stores, and the fastest few again with a load latency hint; for few rows also the row
+  kernel (``row_candidates``);
 - backward: the same two kinds; the chunked one runs the row-dot kernel first, so its time is
   its own plus the best row-dot config's, which is recorded as ``backward_dot``.
 
@@ -116,8 +117,23 @@ def _chunked_candidates(n: int, tma_stores=TMA_STORE_CHOICES) -> list:
     return out
 
 
-def forward_candidates(n: int) -> list:
-    return _tile_candidates("forward", n) + _chunked_candidates(n)
+# Few-row forwards (m <= config.FEW_ROWS) also try the row kernel, for rows of a power-of-two
+# length (it serves rows of exactly tile_n): one-row tiles only (2-8 rows per tile were 10-50%
+# slower on the H200, bench/NOTES.md session 9), with each worker-warp count.
+ROW_WARPS_CHOICES = (4, 8)
+
+
+def row_candidates(n: int) -> list:
+    if n < 16 or n & (n - 1) or n > MAX_ROW_TILE_N["forward"]:
+        return []
+    return [C.row(1, n, w) for w in ROW_WARPS_CHOICES]
+
+
+def forward_candidates(n: int, m: int | None = None) -> list:
+    """The forward search space for rows of n elements (m of them, if known: few rows add
+    row_candidates)."""
+    rows = row_candidates(n) if m is not None and m <= C.FEW_ROWS else []
+    return _tile_candidates("forward", n) + _chunked_candidates(n) + rows
 
 
 def backward_candidates(n: int) -> list:
@@ -136,7 +152,10 @@ def _search(configs, stream, grid_fn, kernel_fn, args_fn, refine=False):
     times, failed = {m.config: m.mean_us for m in res.successes}, len(res.failures)
     if refine and times:
         top = sorted(times, key=times.get)[:LATENCY_TOP_K]
-        more = [dataclasses.replace(c, latency=lat) for c in top for lat in LATENCY_CHOICES if c.latency is None]
+        more = [  # the row kernel has no latency hint
+            dataclasses.replace(c, latency=lat) for c in top for lat in LATENCY_CHOICES
+            if c.latency is None and c.kernel != "row"
+        ]  # fmt: skip
         t, f = _search(more, stream, grid_fn, kernel_fn, args_fn)
         times.update(t)
         failed += f
@@ -169,7 +188,7 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
         return L.forward_args(plan(cfg), x, w, y, rstd, eps, offset, casting)
 
     times, failed = _search(
-        candidates or forward_candidates(n), stream, lambda cfg: (plan(cfg).grid,),
+        candidates or forward_candidates(n, m), stream, lambda cfg: (plan(cfg).grid,),
         lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args, refine=candidates is None,
     )  # fmt: skip
     cfg, us = _best(times)

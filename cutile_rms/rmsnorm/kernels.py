@@ -612,6 +612,100 @@ def rms_fwd_chunked_infer(
                       TMA_STORE, LATENCY)  # fmt: skip
 
 
+# Few-row forwards (the "row" kernel, config.py): one block per row tile and no loop, for problems
+# of a few hundred rows at most, where a call's time is its latency. Loads and stores go through
+# plain instructions, not TMA, and skip the bounds checks where the tiles cover the arrays exactly
+# (CHECK_BOUNDS=False: N == TILE_N and TILE_M divides M). A checked plain load costs about 30
+# instructions per element, and a TMA load brings its barriers and copies through shared memory.
+# With neither, a one-row decode forward on the H200 took 1.54 us (bf16 1 x 4096) instead of the
+# tile kernel's 2.07, which is level with Liger's 1.56 (bench/NOTES.md, session 9).
+
+
+@ct.function
+def _load_plain(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], CHECK_BOUNDS: ct.Constant[bool]):
+    """Tile (i, j) of a 2-D array through plain loads: zero-padded, or unchecked (see _load_rows)."""
+    if CHECK_BOUNDS:
+        return ct.load(a, (i, j), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False)
+    else:
+        return ct.load(a, (i, j), (TILE_M, TILE_N), check_bounds=False, allow_tma=False)
+
+
+@ct.function
+def _weight_row_plain(w, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool],
+                      CHECK_BOUNDS: ct.Constant[bool]):  # fmt: skip
+    """_weight_row of column chunk 0 through plain loads (see _load_plain)."""
+    if HAS_WEIGHT:
+        if CHECK_BOUNDS:
+            wt = ct.load(w, (0,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
+        else:
+            wt = ct.load(w, (0,), (TILE_N,), check_bounds=False, allow_tma=False)
+        return ct.reshape(ct.astype(wt, ct.float32) + offset, (1, TILE_N))
+    else:
+        return ct.full((1, TILE_N), 1.0, dtype=ct.float32)
+
+
+@ct.function
+def _fwd_row(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    STORE_RSTD: ct.Constant[bool],
+    CHECK_BOUNDS: ct.Constant[bool],
+):
+    """Forward of row tile bid (a row fits one tile: N <= TILE_N), plain loads and stores."""
+    i = ct.bid(0)
+    xt = _load_plain(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS)
+    wp = _weight_row_plain(w, offset, TILE_N, HAS_WEIGHT, CHECK_BOUNDS)
+    xf = ct.astype(xt, ct.float32)
+    rstd = ct.rsqrt(ct.sum(xf * xf, axis=1, keepdims=True) / x.shape[1] + eps)
+    yt = ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype)
+    ct.store(y, (i, 0), yt, check_bounds=CHECK_BOUNDS, allow_tma=False)
+    if STORE_RSTD:
+        ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS, allow_tma=False)
+
+
+@ct.kernel
+def rms_fwd_row(
+    x,
+    w,
+    y,
+    rstd_out,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    CHECK_BOUNDS: ct.Constant[bool],
+):
+    """Few-row forward that stores rstd (see _fwd_row)."""
+    _fwd_row(x, w, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, CHECK_BOUNDS)
+
+
+@ct.kernel
+def rms_fwd_row_infer(
+    x,
+    w,
+    y,
+    eps,
+    offset,
+    TILE_M: ct.Constant[int],
+    TILE_N: ct.Constant[int],
+    CASTING: ct.Constant[int],
+    HAS_WEIGHT: ct.Constant[bool],
+    CHECK_BOUNDS: ct.Constant[bool],
+):
+    """Few-row forward without rstd (inference)."""
+    _fwd_row(x, w, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, CHECK_BOUNDS)
+
+
 @ct.function
 def _dx_out(dx, dr, dres, i, j, dxf, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
             ADD_DRES: ct.Constant[bool], TWO_OUTPUTS: ct.Constant[bool], TMA_STORE: ct.Constant[bool],

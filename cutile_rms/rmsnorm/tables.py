@@ -75,6 +75,8 @@ def parse(doc: dict, source: str) -> dict:
             raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
         if not isinstance(schedule, str) or (schedule != "stride" and not e["op"].startswith("forward")):
             raise ValueError(f"{source}: schedule must be a string, and stride for a backward, got {schedule!r}")
+        if e["kernel"] == "row" and not e["op"].startswith("forward"):
+            raise ValueError(f"{source}: the row kernel is a forward, not a {e['op']!r} entry")
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (
             str(e["kernel"]), int(e["tile_m"]), int(e["tile_n"]), int(e["blocks_per_sm"]),
             None if warps is None else int(warps), tma_store, None if latency is None else int(latency),
