@@ -321,15 +321,22 @@ def test_shipped_claim_entries_run(dev, gen):
         m = 4 * C.FEW_ROWS + 9  # past the few-row class, and more row tiles than blocks (else: stride)
         x, _, w = make_inputs((m, n), dtype, dev, generator=gen)
         assert forward_plan(x, None, info).schedule == "claim"
-        yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
-        y, y2, rstd = nan_like((m, n), dtype, dev), nan_like((m, n), dtype, dev), nan_like((m,), torch.float32, dev)
-        code = casting_code("llama", dtype == torch.float32)
-        run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x))
-        run_forward(x, w, y2, None, EPS, 0.0, code, None, info, stream, int64=_int64(x))
-        _sync(dev)
-        tols = tolerances(dtype, dtype, "llama")
-        check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rstd_r}, tols)
-        check_all({"y": y2}, {"y": yr}, tols)  # the inference kernel
+        check_run_forward(x, w, info, stream)
+
+
+def check_run_forward(x, w, info, stream):
+    """Training and inference forwards of x through run_forward (planned for info, with the torch
+    front end's workspace allocator), NaN-poisoned, against the reference."""
+    (m, n), dtype, dev = x.shape, x.dtype, x.device
+    yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
+    y, y2, rstd = nan_like((m, n), dtype, dev), nan_like((m, n), dtype, dev), nan_like((m,), torch.float32, dev)
+    code = casting_code("llama", dtype == torch.float32)
+    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x))
+    run_forward(x, w, y2, None, EPS, 0.0, code, None, info, stream, int64=_int64(x))
+    _sync(dev)
+    tols = tolerances(dtype, dtype, "llama")
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rstd_r}, tols)
+    check_all({"y": y2}, {"y": yr}, tols)  # the inference kernel
 
 
 H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
@@ -357,22 +364,14 @@ def test_row_kernel(dev, dtype, has_weight, offset, casting, layout, gen):
 
 
 def test_shipped_row_entries_run(dev, gen):
-    """The shipped sm_90 few-row forward entries (kernel row) through run_forward and the public
-    API: training and inference forwards of decode-sized problems against the reference."""
+    """The shipped sm_90 few-row forward entries (kernel row) through run_forward: training and
+    inference forwards of decode-sized problems against the reference."""
     stream, dev_info = launch_target(torch.device(dev))
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)
     for m, n, dtype in ((1, 4096, torch.bfloat16), (3, 8192, torch.float16), (2, 4096, torch.float32)):
         x, _, w = make_inputs((m, n), dtype, dev, generator=gen)
         assert forward_plan(x, None, info).kernel == "row"
-        yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
-        y, y2, rstd = nan_like((m, n), dtype, dev), nan_like((m, n), dtype, dev), nan_like((m,), torch.float32, dev)
-        code = casting_code("llama", dtype == torch.float32)
-        run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x))
-        run_forward(x, w, y2, None, EPS, 0.0, code, None, info, stream, int64=_int64(x))
-        _sync(dev)
-        tols = tolerances(dtype, dtype, "llama")
-        check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rstd_r}, tols)
-        check_all({"y": y2}, {"y": yr}, tols)  # the inference kernel
+        check_run_forward(x, w, info, stream)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "odd-row-stride"])
