@@ -16,6 +16,7 @@ from cutile_rms._device import DeviceInfo
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm.config import kernel_config, plan_forward
 from cutile_rms.rmsnorm.launch import (
+    _slots,
     backward_plan,
     casting_code,
     forward_plan,
@@ -48,10 +49,13 @@ def garbage_ticket(device):
 
 
 def forward_workspace(fplan, device):
-    """What the front ends give a forward plan: zeroed slots (split), a ticket (claim), or None."""
-    if fplan.kernel == "split":
-        return torch.zeros(fplan.slots, dtype=torch.int64, device=device)
-    return garbage_ticket(device) if fplan.schedule == "claim" else None
+    """The launcher's workspace for a forward plan (zeroed slots for split, a ticket for claim,
+    or None), a ticket being garbage, as fresh memory may be."""
+
+    def int64(shape, zeroed):
+        return torch.zeros(shape, dtype=torch.int64, device=device) if zeroed else garbage_ticket(device)
+
+    return _slots(fplan, int64)
 
 
 def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=None):

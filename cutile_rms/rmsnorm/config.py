@@ -400,6 +400,12 @@ class ForwardPlan:
     def hints(self) -> tuple:
         return (self.occupancy, self.warps)
 
+    @property
+    def kind(self) -> str:
+        """The kernel that runs the plan: its kind, or "claim" (the tile kernel that claims row
+        tiles) for a claim plan."""
+        return "claim" if self.schedule == "claim" else self.kernel
+
 
 def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int) -> ForwardPlan:
     """The forward plan of a config for an (m, n) input."""

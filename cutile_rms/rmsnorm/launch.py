@@ -133,10 +133,6 @@ def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
     return _FORWARD[kind, store_rstd][hints]
 
 
-def _forward_kind(plan: ForwardPlan) -> str:
-    return "claim" if plan.schedule == "claim" else plan.kernel
-
-
 # The claim schedule's launch nonces: positive int32s, a new one for every launch (kernels.py,
 # claimed row tiles). itertools.count is atomic under the GIL.
 _NONCE_MAX = 2**31 - 1
@@ -167,7 +163,7 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     (ignored otherwise).
     """
     args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots)
-    launch(stream, (plan.grid,), forward_kernel(_forward_kind(plan), plan.hints, rstd is not None), args)
+    launch(stream, (plan.grid,), forward_kernel(plan.kind, plan.hints, rstd is not None), args)
 
 
 def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None) -> tuple:
@@ -186,7 +182,7 @@ def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: floa
         consts = (*tiles, casting, has_weight, *plan.memory)
     if plan.kernel == "split":
         extra = (slots,)
-    elif plan.schedule == "claim":
+    elif plan.kind == "claim":
         extra = (slots, _nonce())
     else:
         extra = ()
@@ -267,7 +263,7 @@ def _slots(plan, int64):
     claim only when int64 was given)."""
     if plan.kernel == "split":
         return int64(plan.slots, True)
-    if isinstance(plan, ForwardPlan) and plan.schedule == "claim":
+    if isinstance(plan, ForwardPlan) and plan.kind == "claim":
         return int64((1,), False)
     return None
 
