@@ -2,14 +2,15 @@
 
     python -m bench.plot results.csv [outdir] [--timing graph] [--variant llama ...]
 
-One PNG per (op, dtype, variant, timing): GB/s against N for every provider, with the copy
-ceiling measured in the same run as a dashed line.
+One PNG per (op, dtype, variant, timing): GB/s against the shape (M x N, in the run's order of
+N) for every provider, with the copy ceiling measured in the same run as a dashed line. A run
+without a GPU (the cuTile interpreter) is titled so, and plots time instead of GB/s.
 """
 
 import os
 from collections import defaultdict
 
-from bench.report import read_csv
+from bench.report import INTERPRETER_GPU, read_csv
 
 
 def plot(csv_path: str, out_dir: str, timings=None, variants=None) -> list[str]:
@@ -32,20 +33,25 @@ def plot(csv_path: str, out_dir: str, timings=None, variants=None) -> list[str]:
     paths = []
     for (op, dtype, variant, timing), rs in sorted(groups.items()):
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        by_p = defaultdict(list)
+        interpreter = rs[0]["gpu"] == INTERPRETER_GPU
+        shapes = sorted({(int(r["N"]), int(r["M"])) for r in rs})
+        labels = [f"{m}x{n}" for n, m in shapes]
+        by_p = defaultdict(dict)
         for r in rs:
-            by_p[r["provider"]].append((int(r["N"]), int(r["M"]), float(r["gbps"])))
+            by_p[r["provider"]][(int(r["N"]), int(r["M"]))] = float(r["time_us"] if interpreter else r["gbps"])
         for p, pts in sorted(by_p.items()):
-            pts.sort()
-            ax.plot([f"{n}" if len({q[1] for q in pts}) == len(pts) else f"{m}x{n}" for n, m, _ in pts],
-                    [g for _, _, g in pts], marker="o", label=p,
-                    linewidth=2.5 if p == "cutile_rms" else 1.2)  # fmt: skip
-        ceil = sorted({(int(r["N"]), float(r["copy_gbps"])) for r in rs})
-        if ceil:
-            ax.plot([str(n) for n, _ in ceil], [c for _, c in ceil], "k--", label="copy ceiling")
-        ax.set_title(f"RMSNorm {op} ({variant}, {dtype}, {timing} timing)")
-        ax.set_xlabel("N (hidden size)")
-        ax.set_ylabel("GB/s")
+            xs = [i for i, s in enumerate(shapes) if s in pts]
+            ax.plot(xs, [pts[shapes[i]] for i in xs], marker="o", label=p, linewidth=2.5 if p == "cutile_rms" else 1.2)
+        if not interpreter:
+            ceil = {(int(r["N"]), int(r["M"])): float(r["copy_gbps"]) for r in rs}
+            ax.plot(range(len(shapes)), [ceil[s] for s in shapes], "k--", label="copy ceiling")
+        ax.set_xticks(range(len(shapes)), labels, rotation=30, ha="right", fontsize=7)
+        where = "cuTile interpreter on the CPU, not a GPU" if interpreter else f"{timing} timing"
+        ax.set_title(f"RMSNorm {op} ({variant}, {dtype}, {where})")
+        ax.set_xlabel("shape M x N (rows x hidden size)")
+        ax.set_ylabel("us per call (interpreter)" if interpreter else "GB/s")
+        if interpreter:
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

@@ -69,6 +69,18 @@ def _quack():
     return fn
 
 
+# Every provider the benchmark knows, in the order it runs them.
+PROVIDER_NAMES = (
+    "cutile_rms",
+    "cutile_rms:persistent",
+    "cutile_rms:gather",
+    "torch",
+    "torch_compile",
+    "liger",
+    "quack",
+)
+
+
 def all_providers(names=None, on_gpu: bool = True) -> list[Provider]:
     out = [
         Provider("cutile_rms", _cutile(None)),
@@ -85,6 +97,7 @@ def all_providers(names=None, on_gpu: bool = True) -> list[Provider]:
             out.append(Provider(name, factory(), native_offset=native))
         except Exception as e:  # ImportError, or a broken install
             out.append(Provider(name, missing=f"{type(e).__name__}: {e}"[:200]))
+    assert tuple(p.name for p in out) == PROVIDER_NAMES
     if names:
         known = {p.name for p in out}
         unknown = set(names) - known

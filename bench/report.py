@@ -1,12 +1,14 @@
 """Long-format CSV and the markdown summary with cutile_rms / best-other ratios."""
 
 import csv
+import math
 import os
 from collections import defaultdict
 
 COLUMNS = ["provider", "op", "variant", "dtype", "M", "N", "timing", "time_us", "gbps", "copy_gbps",
            "gpu", "commit", "timestamp", "status", "label", "note"]  # fmt: skip
 OURS = "cutile_rms"
+INTERPRETER_GPU = "cpu (cuTile interpreter)"  # the gpu column of a run without a GPU (bench/run.py)
 
 
 def write_csv(path, rows):
@@ -80,37 +82,93 @@ def summary_markdown(rows, command: str = "") -> str:
                   if r["status"] not in ("ok", "missing")})  # fmt: skip
     for b in bad:
         lines.append(f"- `{b[0]}` {b[1]} {b[2]}x{b[3]} {b[4]}: {b[5]}")
+    interpreter = gpu == INTERPRETER_GPU
+    if interpreter:
+        lines.append("\nNo GPU: cutile_rms ran through the cuTile interpreter (NumPy on the CPU). Its times measure "
+                     "the interpreter, not a kernel, so no bandwidth or copy-ceiling figures are given, and the "
+                     "ratios say nothing about GPU speed; they show that the pipeline runs.")  # fmt: skip
     for timing in ("graph", "eager"):
         t = ratio_table(rows, timing)
         if not t:
             continue
         lines.append(f"\n## {timing} timing: cutile_rms vs the best other provider\n")
-        lines.append("ratio = best other time / cutile_rms time (> 1: cutile_rms faster); "
-                     "% copy = cutile_rms GB/s over the copy ceiling measured in the same run.\n")  # fmt: skip
-        lines.append("| op | variant | dtype | M | N | cutile_rms us | GB/s | % copy | best other | its us | ratio |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        if interpreter:
+            lines.append("ratio = best other time / cutile_rms time.\n")
+            lines.append("| op | variant | dtype | M | N | cutile_rms us | best other | its us | ratio |")
+            lines.append("|---|---|---|---|---|---|---|---|---|")
+        else:
+            lines.append("ratio = best other time / cutile_rms time (> 1: cutile_rms faster); "
+                         "% copy = cutile_rms GB/s over the copy ceiling measured in the same run.\n")  # fmt: skip
+            lines.append(
+                "| op | variant | dtype | M | N | cutile_rms us | GB/s | % copy | best other | its us | ratio |"
+            )
+            lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for e in t:
             pct = 100.0 * e["ours_gbps"] / e["copy_gbps"] if e["copy_gbps"] else float("nan")
+            bw = "" if interpreter else f"{e['ours_gbps']:.0f} | {pct:.0f} | "
+            best_us, ratio = e.get("best_us", float("nan")), e.get("ratio", float("nan"))
             lines.append(
                 f"| {e['op']} | {e['variant']} | {e['dtype']} | {e['M']} | {e['N']} | {e['ours_us']:.2f} | "
-                f"{e['ours_gbps']:.0f} | {pct:.0f} | {e.get('best', '-')} | "
-                f"{e.get('best_us', float('nan')):.2f} | {e.get('ratio', float('nan')):.2f} |"
+                f"{bw}{e.get('best', '-')} | {best_us:.2f} | {ratio:.2f} |"
             )
     return "\n".join(lines) + "\n"
 
 
+def _geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+# The README's headline rows: the ops of a bandwidth-bound set, and of a decode-sized one.
+HEADLINE_TITLES = {"fwd": "forward", "bwd": "backward (dx, dw)", "fwd_infer": "inference forward"}
+
+
+def headline_markdown(csv_paths, timing="graph", link_prefix="") -> str:
+    """One table for the README: per CSV (a benchmark set), op and dtype, cutile_rms's geometric
+    mean % of the copy ceiling and its time ratio to the best other provider (geometric mean,
+    worst shape, shapes at or ahead), each linked to its CSV. A CSV of decode-sized shapes
+    (M <= 512) reports the inference forward and backward only, without % copy (L2-resident)."""
+    lines = [
+        "| set | op | dtype | shapes | % of copy ceiling (geomean) | vs best other (geomean, worst) | at or ahead |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for path in csv_paths:
+        rows = read_csv(path)
+        name = os.path.splitext(os.path.basename(path))[0]
+        table = ratio_table(rows, timing)
+        decode = all(e["M"] <= 512 for e in table)
+        for op in ("fwd_infer", "bwd") if decode else ("fwd", "bwd"):
+            title = HEADLINE_TITLES[op]
+            for dtype in ("bfloat16", "float16", "float32"):
+                es = [e for e in table if e["op"] == op and e["dtype"] == dtype and "ratio" in e]
+                if not es:
+                    continue
+                ratios = [e["ratio"] for e in es]
+                pct = "-" if decode else f"{100 * _geomean([e['ours_gbps'] / e['copy_gbps'] for e in es]):.1f}%"
+                ahead = sum(r >= 1.0 for r in ratios)
+                link = f"[{name}]({link_prefix}{os.path.basename(path)})"
+                lines.append(f"| {link} | {title} | {dtype} | {len(es)} | {pct} "
+                             f"| {_geomean(ratios):.2f}x, {min(ratios):.2f}x | {ahead} of {len(es)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
-    """python -m bench.report OUT.md RESULTS.csv [...]: the summary of one or more runs' CSVs."""
+    """python -m bench.report OUT.md RESULTS.csv [...]: the summary of one or more runs' CSVs
+    (--headline: the README's headline table instead)."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m bench.report", description=main.__doc__)
-    ap.add_argument("out")
-    ap.add_argument("csv", nargs="+")
+    ap.add_argument("out", help="the markdown file to write")
+    ap.add_argument("csv", nargs="+", help="benchmark CSVs (python -m bench's results.csv)")
     ap.add_argument("--command", default="", help="the command(s) that produced the CSVs, for the record")
+    ap.add_argument("--headline", action="store_true", help="write the README's headline table")
+    ap.add_argument("--link-prefix", default="", help="prefix of the CSV links in the headline table")
     args = ap.parse_args(argv)
-    rows = [r for path in args.csv for r in read_csv(path)]
+    if args.headline:
+        text = headline_markdown(args.csv, link_prefix=args.link_prefix)
+    else:
+        text = summary_markdown([r for path in args.csv for r in read_csv(path)], args.command)
     with open(args.out, "w") as f:
-        f.write(summary_markdown(rows, args.command))
+        f.write(text)
     return 0
 
 

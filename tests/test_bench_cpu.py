@@ -27,9 +27,62 @@ def test_shape_sets():
     assert all(m * n <= C.TRAINING_ELEMS and (m + 1) * n > C.TRAINING_ELEMS for m, n, _ in training)
     assert (13107, 5120, "") in training and (9362, 7168, "") in training  # as in the anchors
     assert len(C.shape_set("decode")) == 6
-    assert {lab for _, _, lab in C.shape_set("models")} == set(C.MODEL_HIDDEN)
+    models = C.shape_set("models")
+    assert [lab for _, _, lab in models] == [lab for lab, _, _ in C.MODELS] and len({lab for *_, lab in models}) == len(
+        models
+    )
+    assert (524288, 128) in {(m, n) for m, n, _ in models}  # QK-norm: tokens x heads rows of head_dim
+    assert any(n & (n - 1) and n % 1024 for _, n, _ in models)  # hidden sizes that are not powers of two
     with pytest.raises(ValueError):
         C.shape_set("huge")
+    with pytest.raises(ValueError, match="seed"):
+        C.shape_set("random")
+
+
+def test_random_set():
+    """12 shapes per seed, the same for the same seed, N log-uniform in [64, 65536] and not rounded,
+    M x N about 64 Mi elements."""
+    a, b, c = C.shape_set("random", 7), C.shape_set("random", 7), C.shape_set("random", 8)
+    assert a == b and a != c and len(a) == C.RANDOM_COUNT
+    many = [s for seed in range(40) for s in C.shape_set("random", seed)]
+    ns = [n for _, n, _ in many]
+    assert all(C.RANDOM_N_MIN <= n <= C.RANDOM_N_MAX for n in ns)
+    assert sum(n % 16 != 0 for n in ns) > len(ns) // 2  # not rounded to anything
+    assert sum(n < 1024 for n in ns) > len(ns) // 5 and sum(n > 8192 for n in ns) > len(ns) // 5  # log-uniform
+    assert all(abs(m * n - C.TRAINING_ELEMS) <= n for m, n, _ in many)
+    assert {lab for *_, lab in a} == {"random seed 7"}
+
+
+def test_parse_shape():
+    assert C.parse_shape("4096x5376") == (4096, 5376, "") and C.parse_shape("524288X128") == (524288, 128, "")
+    for bad in ("4096", "12x", "x5", "0x8", "-1x8", "axb", "2x3x4"):
+        with pytest.raises(ValueError, match="MxN"):
+            C.parse_shape(bad)
+
+
+def test_bench_cli_help_and_errors(capsys):
+    """--help gives every option a help text and a default, lists the providers; mistakes are
+    argparse errors (exit 2 with a message), not tracebacks."""
+    from bench.__main__ import main, parser
+    from bench.providers import PROVIDER_NAMES
+
+    ap = parser()
+    for action in ap._actions:
+        if action.dest != "help":
+            assert action.help, action.dest
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default: bench/results/latest" in text and "default: training decode" in text
+    assert all(p in text for p in PROVIDER_NAMES)
+    assert not text.rstrip().endswith(("the", "a", ",")) and "Without a GPU" in text
+    for argv, what in ((["--provider", "foo"], "invalid choice: 'foo'"), (["--shapes", "12x"], "MxN"),
+                       (["--set", "huge"], "invalid choice"), (["--seed", "x"], "invalid int")):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert what in capsys.readouterr().err
 
 
 def _row(provider, op, us, gbps, timing="graph", status="ok", n=4096):
@@ -77,6 +130,22 @@ def test_ratio_table(tmp_path):
     assert (
         "provider `quack` missing" in md and "| fwd | llama | bfloat16 | 1024 | 4096 | 10.00 | 3800 | 95 | liger" in md
     )
+
+
+def test_headline_table(tmp_path):
+    """The README's headline table: geometric means per set, op and dtype, linked to the CSV."""
+    from bench.report import headline_markdown
+
+    rows = _synthetic()
+    rows += [_row("cutile_rms", "fwd", 20.0, 3000.0, n=8192), _row("liger", "fwd", 10.0, 3500.0, n=8192)]
+    write_csv(tmp_path / "training.csv", rows)
+    md = headline_markdown([str(tmp_path / "training.csv")], link_prefix="res/")
+    lines = md.splitlines()
+    fwd = next(line for line in lines if "| forward |" in line)
+    # forward: ratios 1.25 (4096) and 0.5 (8192): geomean 0.79, worst 0.50, one of two ahead
+    assert "[training](res/training.csv)" in fwd and "| 0.79x, 0.50x | 1 of 2 |" in fwd
+    assert f"| {100 * (3800 / 4000 * 3000 / 4000) ** 0.5:.1f}% |" in fwd
+    assert any("| backward (dx, dw) |" in line and "0.80x, 0.80x | 0 of 1" in line for line in lines)
 
 
 def test_plot_script(tmp_path):
@@ -130,7 +199,27 @@ def test_main_job_without_gpu(tmp_path, capsys):
     assert out.splitlines()[0].startswith("python -m bench: no GPU")
     rows = read_csv(tmp_path / "results.csv")
     assert {r["provider"] for r in rows} == {"cutile_rms", "torch"} and all(r["status"] == "ok" for r in rows)
-    assert "| fwd_infer | llama | bfloat16 |" in (tmp_path / "summary.md").read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| fwd_infer | llama | bfloat16 |" in summary
+    assert "no bandwidth or copy-ceiling figures" in summary and "% copy" not in summary
+
+
+def test_main_job_explicit_shapes_without_gpu(tmp_path):
+    """--shapes runs exactly the shapes given, here through the interpreter."""
+    import torch
+
+    from bench.__main__ import main
+    from cutile_rms import interpret
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the main job times it instead")
+    with interpret.interpreting(False):
+        argv = ["--shapes", "3x200", "5x64", "--op", "fwd", "--provider", "cutile_rms", "--timing", "eager",
+                "--out", str(tmp_path), "--no-plots"]  # fmt: skip
+        assert main(argv) == 0
+    rows = read_csv(tmp_path / "results.csv")
+    assert sorted({(int(r["M"]), int(r["N"])) for r in rows}) == [(3, 200), (5, 64)]
+    assert all(r["status"] == "ok" for r in rows)
 
 
 def test_fused_add_byte_counts():
