@@ -11,8 +11,10 @@ from cutile_rms import RMSNorm, rms_norm, rms_norm_backward, rms_norm_forward
 
 
 def test_cpu_tensor_is_refused():
-    with pytest.raises(ValueError, match="x must be on a CUDA device, got cpu"):
+    with pytest.raises(ValueError, match="x must be on a CUDA device, got cpu") as e:
         rms_norm(torch.randn(4, 8))
+    # the hint names the call that works at any time, not only the variable read at import
+    assert "cutile_rms.interpret.enable()" in str(e.value) and "CUTILE_RMS_INTERPRET=1" in str(e.value)
     with pytest.raises(ValueError, match="CUDA device"):
         rms_norm_forward(torch.randn(4, 8), torch.ones(8))
 

@@ -48,7 +48,12 @@ def check_device(x: torch.Tensor, **others) -> None:
         if interpret.is_enabled():
             raise ValueError(f"interpret mode (CUTILE_RMS_INTERPRET) runs on CPU tensors; x is on {x.device}")
     elif not (x.is_cpu and interpret.is_enabled()):
-        hint = " (or enable interpret mode: CUTILE_RMS_INTERPRET=1)" if x.is_cpu else ""
+        hint = (
+            " (or run the kernels on the CPU through the cuTile interpreter: cutile_rms.interpret.enable(), or "
+            "CUTILE_RMS_INTERPRET=1 set before cutile_rms is imported)"
+            if x.is_cpu
+            else ""
+        )
         raise ValueError(f"x must be on a CUDA device, got {x.device}{hint}")
     dev = x.device
     for name, t in others.items():
