@@ -1,15 +1,25 @@
 """Ahead-of-time compilation of the kernel specializations the dispatcher can pick.
 
-tileiras runs on the host, so this needs no GPU. Coverage:
-- every (kernel, tile shape, occupancy hint) that config.py can plan, for each input dtype
-  (weight of the same dtype, llama casting, rstd stored);
-- every combination of the compile-time flags (casting mode, weight dtype or no weight, rstd
-  store, rounded xhat) at one tile shape per kernel, for each input dtype.
-The full cross product of the two (about 1,500 compiles per GPU architecture) would add no
-new code paths: the flags select code, the tile shape only sizes it.
+tileiras runs on the host, so this needs no GPU. Array constraints are the ones the JIT derives
+at launch for aligned rows (a 16-byte aligned base, row strides divisible by 16 bytes, a row
+length divisible by 16: every real model's hidden size): those compile to other code than
+constraints without divisibility (TMA and 128-bit loads instead of 16-bit ones, bench/NOTES.md,
+session 11). Coverage, for each architecture:
+- every (kernel, tile shape, occupancy hint) that the defaults and that architecture's shipped
+  table can plan (sm_90: the H200 table; other architectures plan with the defaults only),
+  compiled for the element size(s) it is planned for (a 16-bit entry as bf16, an fp32 one as
+  fp32) with the training flags (llama casting, weight of x's dtype, rstd stored);
+- every value of every compile-time flag (casting mode, weight dtype or no weight, rstd store,
+  rounded xhat, bounds checks), in a pairwise covering set of combinations at one
+  representative config per kernel, for each input dtype;
+- each kernel once with the constraints of unaligned rows (no divisibility: a row length that is
+  not a multiple of 8).
+The full cross product of these (thousands of compiles per architecture) would add no new code
+paths: the flags select code, the tile shape only sizes it.
 """
 
 import dataclasses
+import functools
 import itertools
 import multiprocessing
 import os
@@ -29,11 +39,54 @@ F32 = ScalarConstraint(ct.float32)
 I32 = ScalarConstraint(ct.int32)  # a Python int argument (the claim kernels' nonce)
 
 
-def arr(dtype_name: str, ndim: int) -> ArrayConstraint:
+ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
+
+# Set by unaligned() around the jobs of unaligned rows (one module-level switch, read by arr()).
+_ALIGNED = [True]
+
+
+def arr(dtype_name: str, ndim: int, last_div: int = 16) -> ArrayConstraint:
+    """What the JIT derives for an array of rows: a 16-byte aligned base and leading strides,
+    unit last stride, the last dim divisible by last_div (16 for a row length or an n-vector;
+    1 for an m-vector such as rstd, or a workspace of any width), leading dims of any size. In
+    unaligned() (rows not a multiple of 8 long) there is no divisibility at all."""
+    unit = 16 // ELEMENT_BYTES[dtype_name]
+    if not _ALIGNED[0]:
+        return ArrayConstraint(
+            ARRAY_DTYPES[dtype_name], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
+            may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
+        )  # fmt: skip
     return ArrayConstraint(
         ARRAY_DTYPES[dtype_name], ndim, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
         may_alias_internally=False, stride_constant=[None] * (ndim - 1) + [1],
+        stride_divisible_by=[unit] * (ndim - 1) + [1], shape_divisible_by=[1] * (ndim - 1) + [last_div],
+        base_addr_divisible_by=16,
     )  # fmt: skip
+
+
+def mvec(dtype_name: str = "float32") -> ArrayConstraint:
+    """An m-long vector (rstd, the row dots) or a one-word workspace: no length divisibility."""
+    return arr(dtype_name, 1, last_div=1)
+
+
+def pairwise(*factors) -> list[tuple]:
+    """A small set of combinations of the factors' values that holds every pair of values of
+    every two factors (greedy covering array; every value of every factor appears)."""
+    factors = [list(f) for f in factors]
+    all_rows = list(itertools.product(*factors))
+    uncovered = {(i, a, j, b) for i, j in itertools.combinations(range(len(factors)), 2)
+                 for a in factors[i] for b in factors[j]}  # fmt: skip
+
+    def pairs(row):
+        return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+
+    chosen = [all_rows[0]] if all_rows else []
+    uncovered -= pairs(all_rows[0]) if all_rows else set()
+    while uncovered:
+        best = max(all_rows, key=lambda r: len(pairs(r) & uncovered))
+        chosen.append(best)
+        uncovered -= pairs(best)
+    return chosen
 
 
 def _castings(x: str):
@@ -48,7 +101,7 @@ def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOB
     # An absent weight is replaced by x at launch (launch.py), so it takes x's constraint. The
     # inference kernels have no rstd parameter; the tile kernels take a TAIL (tail: an int), the
     # chunked ones do not (tail None).
-    rstd = [arr("float32", 1)] if store_rstd else []
+    rstd = [mvec()] if store_rstd else []
     tails = [] if tail is None else [tail]
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, *tails, casting,
             w is not None, *memory]  # fmt: skip
@@ -56,40 +109,40 @@ def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOB
 
 def _fwd_row_params(x, w, tile_m, tile_n, casting, store_rstd, check_bounds):
     # The few-row kernels: no memory knobs, a CHECK_BOUNDS constant instead.
-    rstd = [arr("float32", 1)] if store_rstd else []
+    rstd = [mvec()] if store_rstd else []
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
             w is not None, check_bounds]  # fmt: skip
 
 
 def _fwd_claim_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=0):
     # The claim kernels: the tile kernels' parameters with the ticket and the nonce after rstd.
-    rstd = [arr("float32", 1)] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 1), I32, F32, F32, tile_m, tile_n,
+    rstd = [mvec()] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, mvec("int64"), I32, F32, F32, tile_m, tile_n,
             tail, casting, w is not None, *memory]  # fmt: skip
 
 
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr(x, 2),
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
             arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
             *memory]  # fmt: skip
 
 
 def _fwd_split_params(x, w, tile_m, tile_n, splits, casting, store_rstd, memory=NO_MEMORY_KNOBS):
-    rstd = [arr("float32", 1)] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 2), F32, F32, tile_m, tile_n,
+    rstd = [mvec()] if store_rstd else []
+    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 2, 1), F32, F32, tile_m, tile_n,
             splits, C.next_pow2(splits), casting, w is not None, *memory]  # fmt: skip
 
 
 def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), arr("int64", 2), F32, tile_m, tile_n, splits, C.next_pow2(splits),
-            w is not None, round_xhat, *memory]  # fmt: skip
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
+            arr("float32", 2) if w else arr(x, 2), arr("int64", 2, 1), F32, tile_m, tile_n, splits,
+            C.next_pow2(splits), w is not None, round_xhat, *memory]  # fmt: skip
 
 
 def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS, tail=0):
     # x, dy, w, dx arrive as int32 word views; the weight shares x's 16-bit type or is absent.
     words = arr("int32", 2)
-    return [words, words, arr("int32", 1) if w else words, arr("float32", 1), words,
+    return [words, words, arr("int32", 1) if w else words, mvec(), words,
             arr("float32", 3) if w else words, F32, tile_m, tile_n // 2, tail // 2, _half(x), w is not None,
             round_xhat, *memory]  # fmt: skip
 
@@ -99,12 +152,12 @@ def _half(x):
 
 
 def _bwd_dot_params(x, w, tile_m, tile_n):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), F32,
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), mvec(), F32,
             tile_m, tile_n, w is not None]  # fmt: skip
 
 
 def _bwd_chunk_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), arr("float32", 1), arr("float32", 1), arr(x, 2),
+    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), mvec(), arr(x, 2),
             arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
             *memory]  # fmt: skip
 
@@ -128,115 +181,150 @@ SPLIT_COUNTS = (2, 4, 8)
 ODD_SPLIT = 3
 
 
-def jobs():
-    """(label, kernel object, params) for every specialization to compile, deduplicated."""
+def _dtypes_of(sizes) -> list[str]:
+    """The input dtypes a config planned for these element sizes is compiled as: a 16-bit entry
+    as bf16 (fp16 differs only in its conversions, which the flag jobs compile at every kernel),
+    an fp32 one as fp32."""
+    return [x for x, size in (("bfloat16", 2), ("float32", 4)) if size in sizes]
+
+
+def _planned_jobs(add, arch):
+    """Every config the defaults and arch's shipped table can plan, with the training flags."""
+    planned = C.planned_configs(arch)
+    for cfg, sizes in sorted(planned["forward"].items(), key=lambda kv: _key(kv[0])):
+        kernel = L.forward_kernel(cfg.kernel, cfg.hints, True)
+        for x in _dtypes_of(sizes):
+            if cfg.kernel == "split":
+                for splits in SPLIT_COUNTS:
+                    params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, True, cfg.memory)
+                    add(f"fwd {x} {cfg} split={splits}", kernel, params)
+            elif cfg.schedule == "claim":
+                params = _fwd_claim_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True, cfg.memory, cfg.tail)
+                add(f"fwd {x} {cfg}", L.forward_kernel("claim", cfg.hints, True), params)
+            elif cfg.kernel == "row":  # planned only for rows of exactly tile_n (config.fit_to_row)
+                add(f"fwd {x} {cfg}", kernel, _fwd_row_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True,
+                                                              cfg.tile_m > 1))  # fmt: skip
+            else:
+                add(f"fwd {x} {cfg}", kernel,
+                    _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True, cfg.memory,
+                                cfg.tail if cfg.kernel == "tile" else None))  # fmt: skip
+    for cfg, sizes in sorted(planned["backward"].items(), key=lambda kv: _key(kv[0])):
+        for x in _dtypes_of(sizes):
+            c = cfg
+            if c.kernel == "split":
+                for splits in SPLIT_COUNTS:
+                    params = _bwd_split_params(x, x, c.tile_m, c.tile_n, splits, x != "float32", c.memory)
+                    add(f"bwd {x} {c} split={splits}", L.backward_kernel("split", c.hints), params)
+                continue
+            if c.kernel == "packed":
+                if x != "float32":
+                    add(f"bwd {x} {c}", L.backward_kernel("packed", c.hints),
+                        _bwd_packed_params(x, x, c.tile_m, c.tile_n, True, c.memory, c.tail))  # fmt: skip
+                # what runs where no word views can be made (config.kernel_config; a tail is dropped)
+                c = C.fit_to_row(dataclasses.replace(c, kernel="tile"), c.tile_n + c.tail, "backward")
+            if c.kernel == "tile":
+                params = _bwd_tile_params(x, x, c.tile_m, c.tile_n, x != "float32", c.memory)
+            else:
+                params = _bwd_chunk_params(x, x, c.tile_m, c.tile_n, x != "float32", c.memory)
+            add(f"bwd {x} {c}", L.backward_kernel(c.kernel, c.hints), params)
+    for cfg, sizes in sorted(planned["backward_dot"].items(), key=lambda kv: _key(kv[0])):
+        for x in _dtypes_of(sizes):
+            add(f"bwd_row_dot {x} {cfg}", L.backward_kernel("row_dot", cfg.hints),
+                _bwd_dot_params(x, x, cfg.tile_m, cfg.tile_n))  # fmt: skip
+
+
+def _flag_jobs(add, x):
+    """Every value of every flag, pairwise, at one representative config per kernel (dtype x)."""
+    weights = [x, "float32" if x != "float32" else "bfloat16", None]
+    f, b, ch, sp, pk, rw = REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT, REP_PACKED, REP_ROW
+    for w, casting, store in pairwise(weights, _castings(x), (True, False)):
+        tag = f"{x} w={w} cast={casting} rstd={store}"
+        for tail in (0, REP_TAIL):
+            add(f"fwd_tile {tag} tail={tail}", L.forward_kernel("tile", f.hints, store),
+                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=tail))  # fmt: skip
+        add(f"fwd_claim {tag}", L.forward_kernel("claim", f.hints, store),
+            _fwd_claim_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
+        for check in (False, True):
+            add(f"fwd_row {tag} check={check}", L.forward_kernel("row", rw.hints, store),
+                _fwd_row_params(x, w, rw.tile_m, rw.tile_n, casting, store, check))  # fmt: skip
+        add(f"fwd_chunked {tag}", L.forward_kernel("chunked", ch.hints, store),
+            _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
+        add(f"fwd_split {tag}", L.forward_kernel("split", sp.hints, store),
+            _fwd_split_params(x, w, sp.tile_m, sp.tile_n, ODD_SPLIT, casting, store, sp.memory))  # fmt: skip
+    for w in weights:
+        for round_xhat in (False,) if w is None or x == "float32" else (False, True):
+            tag = f"{x} w={w} round={round_xhat}"
+            add(f"bwd_tile {tag}", L.backward_kernel("tile", b.hints), _bwd_tile_params(x, w, b.tile_m, b.tile_n,
+                                                                                         round_xhat))  # fmt: skip
+            add(f"bwd_chunked {tag}", L.backward_kernel("chunked", ch.hints),
+                _bwd_chunk_params(x, w, ch.tile_m, ch.tile_n, round_xhat))  # fmt: skip
+            add(f"bwd_split {tag}", L.backward_kernel("split", sp.hints),
+                _bwd_split_params(x, w, sp.tile_m, sp.tile_n, ODD_SPLIT, round_xhat, sp.memory))  # fmt: skip
+        add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
+            _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
+        if w is not None:
+            add(f"dw_reduce {x} w={w}", K.dw_reduce, [arr("float32", 2), arr(w, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+    if x != "float32":  # the packed kernels take 16-bit words only (a weight of x's dtype, or none)
+        add(f"dw_reduce_packed {x}", K.dw_reduce_packed,
+            [arr("float32", 3), arr("int32", 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N // 2, _half(x)])  # fmt: skip
+        for (w, round_xhat), tail in pairwise(((x, False), (x, True), (None, False)), (0, REP_TAIL)):
+            add(f"bwd_packed {x} w={w} round={round_xhat} tail={tail}", L.backward_kernel("packed", pk.hints),
+                _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory, tail))  # fmt: skip
+
+
+def _unaligned_jobs(add):
+    """Each kernel once with the constraints of rows that are not a multiple of 8 elements long."""
+    _ALIGNED[0] = False
+    try:
+        x, f, b, ch, sp, rw = "bfloat16", REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT, REP_ROW
+        for store in (True, False):
+            add(f"unaligned fwd_tile rstd={store}", L.forward_kernel("tile", f.hints, store),
+                _fwd_params(x, x, f.tile_m, f.tile_n, K.CAST_LLAMA, store, tail=0))  # fmt: skip
+            add(f"unaligned fwd_claim rstd={store}", L.forward_kernel("claim", f.hints, store),
+                _fwd_claim_params(x, x, f.tile_m, f.tile_n, K.CAST_LLAMA, store))  # fmt: skip
+            add(f"unaligned fwd_row rstd={store}", L.forward_kernel("row", rw.hints, store),
+                _fwd_row_params(x, x, rw.tile_m, rw.tile_n, K.CAST_LLAMA, store, True))  # fmt: skip
+            add(f"unaligned fwd_chunked rstd={store}", L.forward_kernel("chunked", ch.hints, store),
+                _fwd_params(x, x, ch.tile_m, ch.tile_n, K.CAST_LLAMA, store))  # fmt: skip
+            add(f"unaligned fwd_split rstd={store}", L.forward_kernel("split", sp.hints, store),
+                _fwd_split_params(x, x, sp.tile_m, sp.tile_n, ODD_SPLIT, K.CAST_LLAMA, store, sp.memory))  # fmt: skip
+        add("unaligned bwd_tile", L.backward_kernel("tile", b.hints), _bwd_tile_params(x, x, b.tile_m, b.tile_n, True))
+        add("unaligned bwd_chunked", L.backward_kernel("chunked", ch.hints),
+            _bwd_chunk_params(x, x, ch.tile_m, ch.tile_n, True))  # fmt: skip
+        add("unaligned bwd_row_dot", L.backward_kernel("row_dot", ch.hints), _bwd_dot_params(x, x, ch.tile_m, ch.tile_n))
+        add("unaligned bwd_split", L.backward_kernel("split", sp.hints),
+            _bwd_split_params(x, x, sp.tile_m, sp.tile_n, ODD_SPLIT, True, sp.memory))  # fmt: skip
+        add("unaligned dw_reduce", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+    finally:
+        _ALIGNED[0] = True
+
+
+@functools.lru_cache(maxsize=4)
+def jobs(arch: str = "sm_90") -> list:
+    """(label, kernel object, params) for every specialization to compile for arch, deduplicated."""
     out = {}
 
     def add(label, kernel, params):
         key = (id(kernel), repr(params))
         out.setdefault(key, (label, kernel, params))
 
-    planned = C.planned_configs()
-    fwd_cfgs = sorted(planned["forward"], key=_key)
-    bwd_cfgs = sorted(planned["backward"], key=_key)
-    dot_cfgs = sorted(planned["backward_dot"], key=_key)
+    _planned_jobs(add, arch)
     for x in DTYPES:
-        for cfg, store in itertools.product(fwd_cfgs, (True, False)):
-            kernel = L.forward_kernel(cfg.kernel, cfg.hints, store)
-            if cfg.kernel == "split":
-                for splits in SPLIT_COUNTS:
-                    params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, store, cfg.memory)
-                    add(f"fwd {x} {cfg} split={splits} rstd={store}", kernel, params)
-                continue
-            if cfg.schedule == "claim":
-                params = _fwd_claim_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory, cfg.tail)
-                add(f"fwd {x} {cfg} rstd={store}", L.forward_kernel("claim", cfg.hints, store), params)
-                continue
-            if cfg.kernel == "row":  # planned only for rows of exactly tile_n (config.fit_to_row)
-                params = _fwd_row_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.tile_m > 1)
-                add(f"fwd {x} {cfg} rstd={store}", kernel, params)
-                continue
-            add(f"fwd {x} {cfg} rstd={store}", kernel,
-                _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, store, cfg.memory,
-                            cfg.tail if cfg.kernel == "tile" else None))  # fmt: skip
-        for cfg in bwd_cfgs:
-            if cfg.kernel == "split":
-                for splits in SPLIT_COUNTS:
-                    params = _bwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, x != "float32", cfg.memory)
-                    add(f"bwd {x} {cfg} split={splits}", L.backward_kernel("split", cfg.hints), params)
-                continue
-            if cfg.kernel == "packed":
-                if x != "float32":
-                    add(f"bwd {x} {cfg}", L.backward_kernel("packed", cfg.hints),
-                        _bwd_packed_params(x, x, cfg.tile_m, cfg.tile_n, True, cfg.memory, cfg.tail))  # fmt: skip
-                # what runs where no word views can be made (config.kernel_config; a tail is dropped)
-                cfg = C.fit_to_row(dataclasses.replace(cfg, kernel="tile"), cfg.tile_n + cfg.tail, "backward")
-            if cfg.kernel == "tile":
-                params = _bwd_tile_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
-            else:
-                params = _bwd_chunk_params(x, x, cfg.tile_m, cfg.tile_n, x != "float32", cfg.memory)
-            add(f"bwd {x} {cfg}", L.backward_kernel(cfg.kernel, cfg.hints), params)
-        for cfg in dot_cfgs:
-            add(f"bwd_row_dot {x} {cfg}", L.backward_kernel("row_dot", cfg.hints),
-                _bwd_dot_params(x, x, cfg.tile_m, cfg.tile_n))  # fmt: skip
-        add(f"dw_reduce {x}", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
-        if x != "float32":
-            add(f"dw_reduce_packed {x}", K.dw_reduce_packed,
-                [arr("float32", 3), arr("int32", 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N // 2, _half(x)])  # fmt: skip
-            pk = REP_PACKED
-            for w, round_xhat in ((x, False), (x, True), (None, False)):
-                add(f"bwd_packed {x} w={w} round={round_xhat}", L.backward_kernel("packed", pk.hints),
-                    _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory))  # fmt: skip
-                add(f"bwd_packed {x} w={w} round={round_xhat} tail={REP_TAIL}", L.backward_kernel("packed", pk.hints),
-                    _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory, REP_TAIL))  # fmt: skip
-
-        # Flag combinations at one representative config per kernel.
-        weights = [x, "float32" if x != "float32" else "bfloat16", None]
-        f, b, ch = REP_FWD, REP_BWD, REP_CHUNK
-        for w, casting, store in itertools.product(weights, _castings(x), (True, False)):
-            add(f"fwd_tile {x} w={w} cast={casting} rstd={store}", L.forward_kernel("tile", f.hints, store),
-                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=0))  # fmt: skip
-            add(f"fwd_tile {x} w={w} cast={casting} rstd={store} tail={REP_TAIL}",
-                L.forward_kernel("tile", f.hints, store),
-                _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=REP_TAIL))  # fmt: skip
-            add(f"fwd_claim {x} w={w} cast={casting} rstd={store}", L.forward_kernel("claim", f.hints, store),
-                _fwd_claim_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
-            for check in (False, True):
-                add(f"fwd_row {x} w={w} cast={casting} rstd={store} check={check}",
-                    L.forward_kernel("row", REP_ROW.hints, store),
-                    _fwd_row_params(x, w, REP_ROW.tile_m, REP_ROW.tile_n, casting, store, check))  # fmt: skip
-            add(f"fwd_chunked {x} w={w} cast={casting} rstd={store}",
-                L.forward_kernel("chunked", ch.hints, store),
-                _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
-            sp = REP_SPLIT
-            add(f"fwd_split {x} w={w} cast={casting} rstd={store}", L.forward_kernel("split", sp.hints, store),
-                _fwd_split_params(x, w, sp.tile_m, sp.tile_n, ODD_SPLIT, casting, store, sp.memory))  # fmt: skip
-        for w in weights:
-            for round_xhat in (False,) if w is None or x == "float32" else (False, True):
-                add(f"bwd_tile {x} w={w} round={round_xhat}", L.backward_kernel("tile", b.hints),
-                    _bwd_tile_params(x, w, b.tile_m, b.tile_n, round_xhat))  # fmt: skip
-                add(f"bwd_chunked {x} w={w} round={round_xhat}", L.backward_kernel("chunked", ch.hints),
-                    _bwd_chunk_params(x, w, ch.tile_m, ch.tile_n, round_xhat))  # fmt: skip
-                add(f"bwd_split {x} w={w} round={round_xhat}", L.backward_kernel("split", REP_SPLIT.hints),
-                    _bwd_split_params(x, w, REP_SPLIT.tile_m, REP_SPLIT.tile_n, ODD_SPLIT, round_xhat,
-                                      REP_SPLIT.memory))  # fmt: skip
-            add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
-                _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
-            if w is not None:
-                add(
-                    f"dw_reduce {x} w={w}",
-                    K.dw_reduce,
-                    [arr("float32", 2), arr(w, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N],
-                )
+        _flag_jobs(add, x)
+    _unaligned_jobs(add)
     fused_jobs(add)
     return list(out.values())
+
+
+FUSED_STREAMS = (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32"))
+FUSED_CHECKS = {(x, s, w): (i + j) % 2 == 0 for i, (x, s) in enumerate(FUSED_STREAMS) for j, w in enumerate((x, None))}
 
 
 def fused_jobs(add):
     """The experimental fused residual-add kernels: every flavour and flag at one tile shape,
     for same-dtype residual streams and an fp32 stream beside bf16 activations."""
     s_f, s_b, ch = REP_FWD, REP_BWD, REP_CHUNK
-    for x, s in (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32")):
+    for x, s in FUSED_STREAMS:
         casting = K.CAST_GEMMA if s == "float32" else K.CAST_LLAMA
         for w in (x, None):
             wa = arr(w, 1) if w else arr(x, 2)
@@ -247,12 +335,13 @@ def fused_jobs(add):
                 if flavour == "inplace":
                     arrays = [arr(x, 2), arr(s, 2), wa]
                 else:
-                    rstd = [arr("float32", 1)] if flavour == "train" else []
+                    rstd = [mvec()] if flavour == "train" else []
                     arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
-                for check in (True, False):
-                    add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
-                        tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, 0, casting, w is not None,
-                                                   check, *s_f.memory])  # fmt: skip
+                # the bounds-check flag at every other (stream, weight) pair: both values, each pair once
+                check = FUSED_CHECKS[(x, s, w)]
+                add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
+                    tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, 0, casting, w is not None,
+                                       check, *s_f.memory])  # fmt: skip
                 add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked[ch.hints],
                     [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None, *ch.memory])  # fmt: skip
             for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
@@ -262,17 +351,17 @@ def fused_jobs(add):
                 part = arr("float32", 2) if w else arr(s, 2)
                 flags = [w is not None, round_xhat, add_dres, two, *NO_MEMORY_KNOBS]
                 add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.hints],
-                    [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr(x, 2), dr, part, F32, s_b.tile_m,
+                    [arr(s, 2), arr(x, 2), dres, wa, mvec(), arr(x, 2), dr, part, F32, s_b.tile_m,
                      s_b.tile_n, *flags])  # fmt: skip
                 add(f"fused bwd chunked x={x} s={s} w={w} dres={add_dres} two={two}",
                     FL._BWD_CHUNKED[ch.hints],
-                    [arr(s, 2), arr(x, 2), dres, wa, arr("float32", 1), arr("float32", 1), arr(x, 2), dr, part, F32,
+                    [arr(s, 2), arr(x, 2), dres, wa, mvec(), mvec(), arr(x, 2), dr, part, F32,
                      ch.tile_m, ch.tile_n, *flags])  # fmt: skip
 
 
 def _compile_one(args):
     index, arch = args
-    label, kernel, params = jobs()[index]
+    label, kernel, params = jobs(arch)[index]
     sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v1())
     import io
 
@@ -292,7 +381,7 @@ def compile_all(arch: str, workers: int | None = None) -> tuple[int, list[str]]:
     Workers are spawned, not forked: cuda.tile reads CUDA_TILE_CACHE_DIR once, at import, so
     only a fresh interpreter honours CUDA_TILE_CACHE_DIR=off (real compiles, no cache hits).
     """
-    n = len(jobs())
+    n = len(jobs(arch))
     workers = workers or os.cpu_count() or 1
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = list(pool.map(_compile_one, [(i, arch) for i in range(n)]))

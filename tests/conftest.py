@@ -48,3 +48,22 @@ def dev(request):
             yield "cpu"
     else:
         yield "cuda"
+
+
+# Time per test file (setup + call + teardown), printed at the end of every run: CI must stay
+# under 30 minutes on 2 cores, and this shows where the time goes.
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _file_seconds:
+        return
+    total = sum(_file_seconds.values())
+    terminalreporter.write_sep("=", f"slowest test files ({total / 60:.1f} min in tests)")
+    for path, secs in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:10]:
+        terminalreporter.write_line(f"{secs:8.1f} s  {path}")

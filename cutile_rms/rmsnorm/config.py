@@ -570,19 +570,27 @@ def clear_plan_caches() -> None:
     plan_backward.cache_clear()
 
 
-def planned_configs() -> dict[str, set]:
-    """Every KernelConfig a plan can take from the defaults and the checked-in tables, by op
-    (for the ahead-of-time compile check). Short rows add their narrower tiles."""
-    out = {op: set(t.values()) for op, t in DEFAULT_TABLE.items()}
-    for op, entry in tables.checked_in_configs():
-        out[op.removesuffix(FEW_ROWS_SUFFIX)].add(KernelConfig(*entry))
+def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, frozenset]]:
+    """Every KernelConfig a plan can take from the defaults and the checked-in table of arch
+    (of every architecture: None), by op, each with the element sizes it is planned for (the
+    ahead-of-time compile check compiles each for those). Short rows add their narrower tiles."""
+    both = frozenset((2, 4))
+    out = {op: dict.fromkeys(t.values(), both) for op, t in DEFAULT_TABLE.items()}
+
+    def add(op, cfg, sizes):
+        out[op][cfg] = out[op].get(cfg, frozenset()) | sizes
+
+    for op, elem_size, entry in tables.checked_in_configs(arch):
+        add(op.removesuffix(FEW_ROWS_SUFFIX), KernelConfig(*entry), frozenset((elem_size,)))
     for op in SHORT_ROW_TILE_ELEMS:
-        for cfg in list(out[op]):
+        for cfg, sizes in list(out[op].items()):
             if cfg.kernel == "tile" and cfg.tile_n == SMALLEST_BUCKET:
                 for k in range(4, SMALLEST_BUCKET.bit_length() - 1):
                     tn = 1 << k
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
-                    out[op].add(dataclasses.replace(cfg, tile_m=tm, tile_n=tn))
-    out["forward"].add(GATHER)
-    out["forward"].update(row_fallback(c) for c in list(out["forward"]) if c.kernel == "row")
+                    add(op, dataclasses.replace(cfg, tile_m=tm, tile_n=tn), sizes)
+    add("forward", GATHER, both)
+    for cfg, sizes in list(out["forward"].items()):
+        if cfg.kernel == "row":
+            add("forward", row_fallback(cfg), sizes)
     return out

@@ -105,11 +105,13 @@ def checked_in(arch: str) -> dict:
     return table
 
 
-def checked_in_configs():
-    """(op, config tuple) for every entry of every shipped table."""
-    for path in sorted(TABLE_DIR.glob("sm_*.json")):
-        for (op, _, _), cfg in checked_in(path.stem).items():
-            yield op, cfg
+def checked_in_configs(arch: str | None = None):
+    """(op, element size, config tuple) for every entry of the shipped table of arch, or of
+    every shipped table (arch None)."""
+    archs = [arch] if arch else sorted(path.stem for path in TABLE_DIR.glob("sm_*.json"))
+    for a in archs:
+        for (op, elem_size, _), cfg in checked_in(a).items():
+            yield op, elem_size, cfg
 
 
 def _device_table(device_key: str) -> dict:
