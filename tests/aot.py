@@ -291,7 +291,9 @@ def _unaligned_jobs(add):
         add("unaligned bwd_tile", L.backward_kernel("tile", b.hints), _bwd_tile_params(x, x, b.tile_m, b.tile_n, True))
         add("unaligned bwd_chunked", L.backward_kernel("chunked", ch.hints),
             _bwd_chunk_params(x, x, ch.tile_m, ch.tile_n, True))  # fmt: skip
-        add("unaligned bwd_row_dot", L.backward_kernel("row_dot", ch.hints), _bwd_dot_params(x, x, ch.tile_m, ch.tile_n))
+        add(
+            "unaligned bwd_row_dot", L.backward_kernel("row_dot", ch.hints), _bwd_dot_params(x, x, ch.tile_m, ch.tile_n)
+        )
         add("unaligned bwd_split", L.backward_kernel("split", sp.hints),
             _bwd_split_params(x, x, sp.tile_m, sp.tile_n, ODD_SPLIT, True, sp.memory))  # fmt: skip
         add("unaligned dw_reduce", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
