@@ -301,6 +301,72 @@ def _unaligned_jobs(add):
         _ALIGNED[0] = True
 
 
+# Row lengths whose row-tile plans the compile check covers: every power of two the kernels plan
+# (one piece), and lengths of two and three pieces and with a padded last piece.
+ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 5376, 6144, 18432, 3000)
+
+
+def _rows_arrays(x, w, b_one: bool, names) -> dict:
+    """Constraints of the row-tile kernels' arrays: (A, B, N) rows (B == 1: a 2-D input, which
+    the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials."""
+
+    def rows():
+        c = arr(x, 3)
+        if b_one and _ALIGNED[0]:
+            c = dataclasses.replace(c, shape_constant=(None, 1, None))
+        return c
+
+    rstd = arr("float32", 2, last_div=1)
+    if b_one:
+        rstd = dataclasses.replace(rstd, shape_constant=(None, 1))
+    wa = arr(w, 1) if w else rows()
+    table = {"x": rows(), "y": rows(), "dy": rows(), "dx": rows(), "w": wa, "rstd_out": rstd, "rstd_in": rstd,
+             "dw_partial": arr("float32", 2) if w else rows(), "eps": F32, "offset": F32}  # fmt: skip
+    return {k: table[k] for k in names}
+
+
+def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=True):
+    from cutile_rms.experimental.rows import launch as RL
+
+    kernel, names = RL.KERNELS[op]
+    if op == "forward":
+        consts = RL.forward_values(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store)
+    else:
+        consts = RL.backward_values(p, w is not None, w is not None and x != "float32" and casting != K.CAST_GEMMA)
+    values = {**_rows_arrays(x, w, b_one, [n for n in names if n not in consts]), **consts}
+    add(f"rows {op} {label} {x} w={w} cast={casting} rstd={store} b_one={b_one} {p}",
+        RL._VARIANTS[op][p.hints], [values[n] for n in names])  # fmt: skip
+
+
+def _rows_jobs(add):
+    """The experimental row-tile kernels: the plan of every ROWS_N (bf16 and fp32, 2-D inputs),
+    with the training flags; every flag value pairwise at one plan; a head view (B > 1); and
+    each kernel once for unaligned rows."""
+    from cutile_rms.experimental.rows.plan import plan
+
+    for x, es in (("bfloat16", 2), ("float32", 4)):
+        for n in ROWS_N:
+            for op in ("forward", "backward"):
+                p = plan(op, 4099, 1, n, es, 132)
+                if p is not None:
+                    _rows_job(add, f"n={n}", op, p, x, x)
+    rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
+    for x in DTYPES:
+        weights = [x, "float32" if x != "float32" else "bfloat16", None]
+        for w, casting, store in pairwise(weights, _castings(x), (True, False)):
+            _rows_job(add, "flags", "forward", rep["forward"], x, w, casting, store)
+        for w, casting in pairwise(weights, _castings(x)):
+            _rows_job(add, "flags", "backward", rep["backward"], x, w, casting)
+    for op in ("forward", "backward"):
+        _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), "bfloat16", "bfloat16", b_one=False)
+    _ALIGNED[0] = False
+    try:
+        for op in ("forward", "backward"):
+            _rows_job(add, "unaligned", op, plan(op, 4099, 1, 3001, 2, 132), "bfloat16", "bfloat16", b_one=False)
+    finally:
+        _ALIGNED[0] = True
+
+
 @functools.lru_cache(maxsize=4)
 def jobs(arch: str = "sm_90") -> list:
     """(label, kernel object, params) for every specialization to compile for arch, deduplicated."""
@@ -315,6 +381,7 @@ def jobs(arch: str = "sm_90") -> list:
         _flag_jobs(add, x)
     _unaligned_jobs(add)
     fused_jobs(add)
+    _rows_jobs(add)
     return list(out.values())
 
 
@@ -364,7 +431,7 @@ def fused_jobs(add):
 def _compile_one(args):
     index, arch = args
     label, kernel, params = jobs(arch)[index]
-    sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v1())
+    sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v2())
     import io
 
     buf = io.BytesIO()

@@ -11,7 +11,8 @@ def test_bench_smoke():
 
     rows = list(run([(256, 1024, "")], ["bfloat16"], ["llama", "gemma", "noweight"], list(C.OPS)))
     providers = {r["provider"] for r in rows}
-    assert {"cutile_rms", "cutile_rms:persistent", "cutile_rms:gather", "torch", "torch_compile"} <= providers
+    assert {"cutile_rms", "cutile_rms:persistent", "cutile_rms:gather", "cutile_rms:rows", "torch",
+            "torch_compile"} <= providers  # fmt: skip
     must_run = [
         r for r in rows if r["provider"].startswith("cutile_rms") or r["provider"] in ("torch", "torch_compile")
     ]

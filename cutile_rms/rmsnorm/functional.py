@@ -84,6 +84,7 @@ class RMSNormFunction(torch.autograd.Function):
         ctx.save_for_backward(x, weight, rstd)
         ctx.offset = offset
         ctx.casting = casting
+        ctx.mode = mode
         ctx.in_place = in_place
         return y
 
@@ -100,7 +101,7 @@ class RMSNormFunction(torch.autograd.Function):
         if ctx.in_place and ctx.needs_input_grad[0]:
             _check_overwritable(dy, refs)
             dx_out = dy
-        dx, dw = torch_impl.backward(x, dy, weight, rstd, ctx.offset, ctx.casting, dx_out)
+        dx, dw = torch_impl.backward(x, dy, weight, rstd, ctx.offset, ctx.casting, dx_out, ctx.mode)
         return (
             dx if ctx.needs_input_grad[0] else None,
             dw if ctx.needs_input_grad[1] else None,
@@ -127,7 +128,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
             "llama": statistics in fp32, ``xhat`` rounded to x's dtype before the weight multiply;
             "gemma": everything in fp32, y rounded once; "none": mean of squares in fp32, the
             rest in x's dtype. With float32 input the three are identical.
-        mode: None (automatic), "persistent" or "gather" to force a forward kernel.
+        mode: None (automatic), "persistent" or "gather" to force a forward kernel; "rows"
+            (experimental) runs forward and backward on the row-tile kernels of
+            ``cutile_rms.experimental.rows`` where they plan the row length.
         in_place: the backward writes dx into the incoming gradient's memory (saves one
             activation-sized buffer). It raises RuntimeError instead when that gradient is
             needed elsewhere (a view, shared with a residual branch, kept by a hook). Ignored

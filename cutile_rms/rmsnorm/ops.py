@@ -2,7 +2,7 @@
 
     torch.ops.cutile_rms.rms_norm_fwd(x, weight, eps, offset, casting, mode) -> (y, rstd)
     torch.ops.cutile_rms.rms_norm_infer(x, weight, eps, offset, casting, mode) -> y
-    torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, offset, casting) -> (dx, dw)
+    torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, offset, casting, mode) -> (dx, dw)
 
 Each has a fake (meta) implementation that only describes its outputs (shapes may be
 symbolic, so a batch or sequence length that changes does not force a recompile per shape);
@@ -62,30 +62,32 @@ def _(x, weight, eps, offset, casting, mode):
 @torch.library.custom_op(
     "cutile_rms::rms_norm_bwd",
     mutates_args=(),
-    schema="(Tensor x, Tensor dy, Tensor? weight, Tensor rstd, float offset, int casting) -> (Tensor, Tensor)",
+    schema="(Tensor x, Tensor dy, Tensor? weight, Tensor rstd, float offset, int casting, str? mode=None) "
+    "-> (Tensor, Tensor)",
 )
-def rms_norm_bwd(x, dy, weight, rstd, offset, casting):
-    dx, dw = torch_impl.backward(x, dy, weight, rstd, offset, casting)
+def rms_norm_bwd(x, dy, weight, rstd, offset, casting, mode=None):
+    dx, dw = torch_impl.backward(x, dy, weight, rstd, offset, casting, mode=mode)
     return dx, (x.new_empty((0,)) if dw is None else dw)
 
 
 @rms_norm_bwd.register_fake
-def _(x, dy, weight, rstd, offset, casting):
+def _(x, dy, weight, rstd, offset, casting, mode=None):
     return _like(x), (x.new_empty((0,)) if weight is None else _like(weight))
 
 
 def _setup_context(ctx, inputs, output):
-    x, weight, _eps, offset, casting, _mode = inputs
+    x, weight, _eps, offset, casting, mode = inputs
     _y, rstd = output
     ctx.save_for_backward(x, weight, rstd)
     ctx.offset = offset
     ctx.casting = casting
+    ctx.mode = mode
     ctx.mark_non_differentiable(rstd)
 
 
 def _backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, ctx.offset, ctx.casting)
+    dx, dw = torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, ctx.offset, ctx.casting, ctx.mode)
     return (
         dx if ctx.needs_input_grad[0] else None,
         dw if weight is not None and ctx.needs_input_grad[1] else None,

@@ -160,9 +160,98 @@ def as_words(t: torch.Tensor):
     return t.view(torch.int32)
 
 
+def row_groups(t: torch.Tensor) -> tuple[int, int] | None:
+    """(A, B): t's leading dims as at most two groups of dims that each merge into one stride,
+    outer first (a contiguous tensor is one group: (M, 1); a head view (tokens, heads, head_dim)
+    of a fused QKV projection is two). None when that takes three groups or more, a leading
+    stride is 0 (broadcast rows) or the last stride is not 1: such tensors are copied."""
+    if t.dim() and t.stride(-1) != 1 and t.shape[-1] != 1:
+        return None
+    groups: list[list[int]] = []  # [size, stride]
+    for size, stride in zip(t.shape[:-1], t.stride()[:-1], strict=True):
+        if size == 1:
+            continue
+        if stride == 0:
+            return None
+        if groups and groups[-1][1] == size * stride:
+            groups[-1] = [groups[-1][0] * size, stride]
+        else:
+            groups.append([size, stride])
+    if len(groups) > 2:
+        return None
+    sizes = [g[0] for g in groups] + [1, 1]
+    return sizes[0], sizes[1]
+
+
+def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """Detached (a, b, N) view of t (its rows in their logical order), or a contiguous copy
+    viewed so when t's layout allows no such view."""
+    t = t.detach() if t.requires_grad else t
+    try:
+        return t.view(a, b, t.shape[-1])
+    except RuntimeError:
+        return t.contiguous().view(a, b, t.shape[-1])
+
+
+def _rows_forward(x, weight, eps, offset, casting, store_rstd):
+    """forward() on the experimental row-tile kernels (mode "rows"), or None when its rows are
+    too long for them (the caller runs the core plan)."""
+    from cutile_rms.experimental.rows import launch as RL
+
+    groups = row_groups(x)
+    a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
+    n = x.shape[-1]
+    _, info = _target(x.get_device())
+    p = RL.plan("forward", a, b, n, x.element_size(), info.num_sms) if a * b else None
+    if p is None and a * b:
+        return None
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
+    if a * b:
+        args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), None if rstd is None else rstd.view(a, b), eps,
+                offset, casting)  # fmt: skip
+        launch_on_device(x, RL.run_forward, *args)
+    return y, rstd
+
+
+def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
+    """backward() on the experimental row-tile kernels, or None when its rows are too long."""
+    from cutile_rms.experimental.rows import launch as RL
+
+    groups = row_groups(x)
+    a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
+    n = x.shape[-1]
+    _, info = _target(x.get_device())
+    p = RL.plan("backward", a, b, n, x.element_size(), info.num_sms) if a * b else None
+    if p is None and a * b:
+        return None
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
+    dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
+    if a * b == 0:
+        if dw is not None:
+            dw.zero_()
+        return dx, dw
+
+    def empty_f32(shape):
+        return x.new_empty(shape, dtype=torch.float32)
+
+    r = rstd.detach()
+    r = r.view(a, b) if r.is_contiguous() else r.reshape(a, b)
+    args = (p, rows3(x, a, b), rows3(dy, a, b), unit_stride(weight), r, dx.view(a, b, n), dw, offset, casting,
+            empty_f32)  # fmt: skip
+    launch_on_device(x, RL.run_backward, *args)
+    return dx, dw
+
+
 def forward(x, weight, eps, offset, casting, mode, store_rstd):
     """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
-    fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False."""
+    fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False. mode "rows" runs the
+    experimental row-tile kernels where they plan the row length, the core plan elsewhere."""
+    if mode == "rows":
+        done = _rows_forward(x, weight, eps, offset, casting, store_rstd)
+        if done is not None:
+            return done
+        mode = None
     n = x.shape[-1]
     x2 = rows_view(x, n)
     m = x2.shape[0]
@@ -175,10 +264,14 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     return y, rstd
 
 
-def backward(x, dy, weight, rstd, offset, casting, dx_out=None):
+def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
-    shape and dtype (None when weight is None)."""
+    shape and dtype (None when weight is None). mode "rows": as in forward()."""
+    if mode == "rows":
+        done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out)
+        if done is not None:
+            return done
     n = x.shape[-1]
     x2 = rows_view(x, n)
     m = x2.shape[0]

@@ -1,0 +1,191 @@
+"""Row-tile RMSNorm kernels (experimental).
+
+    rstd = 1 / sqrt(mean(x^2) + eps),  xhat = x * rstd,  y = xhat * (offset + w)
+    wdy = (offset + w) * dy,  c = mean(wdy * xhat),  dx = rstd * (wdy - xhat * c),  dw = sum dy * xhat
+
+Arrays are 3-D, (A, B, N), with unit stride along N and any strides for A and B: a 2-D input is
+(M, 1, N), and a head view of a fused QKV projection, (tokens, heads, head_dim) with the
+projection's row stride, is read in place. A row tile is (TILE_A, TILE_B) rows, TILE_B dividing
+B (plan.py), and the tiles are numbered t = ia * cdiv(B, TILE_B) + ib. One loop form serves two
+grids: a grid of one block per row tile (each block runs the loop once) and a persistent grid
+(blocks stride over the tiles, the weight loaded once per block).
+
+A row of N elements is held as up to three pieces W0 >= W1 >= W2 (powers of two; W1, W2 = 0
+when absent), at column tiles 0, W0 / W1 and (W0 + W1) / W2: 5376 = 4096 + 1024 + 256 pads no
+lane where one 8192-wide tile pads 34%. Loads are plain (TMA=False: straight to registers, 128
+bits wide when N is a multiple of 8 and the rows are 16-byte aligned; bench/NOTES.md, session
+11) or may go through TMA (TMA=True). Bounds are checked only where a tile can overhang:
+CHECK_A (TILE_A does not divide A) and CHECK_N (the pieces cover more than N: only the last
+piece can overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped.
+
+Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
+"""
+
+import cuda.tile as ct
+
+from cutile_rms._launch import experimental_kernel
+from cutile_rms.rmsnorm.kernels import _normalize
+
+ZERO = ct.PaddingMode.ZERO
+C_INT = ct.Constant[int]
+C_BOOL = ct.Constant[bool]
+
+
+@ct.function
+def _load(a, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
+    """Piece j of row tile (ia, ib): zero-padded where CHECK, else without bounds checks."""
+    if CHECK:
+        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), padding_mode=ZERO, allow_tma=TMA)
+    else:
+        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), check_bounds=False, allow_tma=TMA)
+
+
+@ct.function
+def _store(a, ia, ib, j, t, CHECK: C_BOOL):
+    ct.store(a, (ia, ib, j), t, check_bounds=CHECK, allow_tma=False)
+
+
+@ct.function
+def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+    """(1, 1, W) fp32 offset + w of piece j (1 without a weight)."""
+    if HAS_WEIGHT:
+        if CHECK:
+            wt = ct.load(w, (j,), (W,), padding_mode=ZERO, allow_tma=False)
+        else:
+            wt = ct.load(w, (j,), (W,), check_bounds=False, allow_tma=False)
+        return ct.reshape(ct.astype(wt, ct.float32) + offset, (1, 1, W))
+    else:
+        return ct.full((1, 1, W), 1.0, dtype=ct.float32)
+
+
+@ct.function
+def _sum_sq(t):
+    f = ct.astype(t, ct.float32)
+    return ct.sum(f * f, axis=2, keepdims=True)
+
+
+@ct.function
+def _tile(t, tiles_b):
+    """(ia, ib) of row tile t."""
+    return t // tiles_b, t % tiles_b
+
+
+@experimental_kernel
+@ct.kernel
+def rows_fwd(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
+             CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
+             TMA: C_BOOL):  # fmt: skip
+    """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise)."""
+    n = x.shape[2]
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    last0 = W1 == 0
+    last1 = W1 > 0 and W2 == 0
+    j1 = W0 // max(W1, 1)
+    j2 = (W0 + W1) // max(W2, 1)
+    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and last0)
+    if W1 > 0:
+        w1 = _weight(w, j1, offset, W1, HAS_WEIGHT, CHECK_N and last1)
+    if W2 > 0:
+        w2 = _weight(w, j2, offset, W2, HAS_WEIGHT, CHECK_N)
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, CHECK_A or (CHECK_N and last0), TMA)
+        ss = _sum_sq(x0)
+        if W1 > 0:
+            x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, CHECK_A or (CHECK_N and last1), TMA)
+            ss = ss + _sum_sq(x1)
+        if W2 > 0:
+            x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, CHECK_A or CHECK_N, TMA)
+            ss = ss + _sum_sq(x2)
+        rstd = ct.rsqrt(ss / n + eps)
+        _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype),
+               CHECK_A or (CHECK_N and last0))  # fmt: skip
+        if W1 > 0:
+            _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype),
+                   CHECK_A or (CHECK_N and last1))  # fmt: skip
+        if W2 > 0:
+            _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype),
+                   CHECK_A or CHECK_N)  # fmt: skip
+        if STORE_RSTD:
+            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
+
+
+@ct.function
+def _grad_piece(x, dy, ia, ib, j, rstd, wp, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
+    """(xhat, dy, wdy) of one piece, fp32, and its share of sum(wdy * xhat) per row."""
+    xhat = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32) * rstd
+    dyf = ct.astype(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
+    wdy = dyf * wp
+    return xhat, dyf, wdy, ct.sum(wdy * xhat, axis=2, keepdims=True)
+
+
+@ct.function
+def _dw(dyf, xhat, x_dtype, ROUND_XHAT: C_BOOL):
+    """(1, 1, W) sum over the tile's rows of dy * xhat, xhat rounded to x's dtype first with
+    ROUND_XHAT (llama and none casting: the derivative of what the forward computed)."""
+    if ROUND_XHAT:
+        xhat = ct.astype(ct.astype(xhat, x_dtype), ct.float32)
+    return ct.sum(ct.sum(dyf * xhat, axis=0, keepdims=True), axis=1, keepdims=True)
+
+
+@ct.function
+def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
+    ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, W)), check_bounds=CHECK, allow_tma=False)
+
+
+@experimental_kernel
+@ct.kernel
+def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
+             W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
+             TMA: C_BOOL):  # fmt: skip
+    """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
+    HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic."""
+    n = x.shape[2]
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    last0 = W1 == 0
+    last1 = W1 > 0 and W2 == 0
+    j1 = W0 // max(W1, 1)
+    j2 = (W0 + W1) // max(W2, 1)
+    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and last0)
+    a0 = ct.zeros((1, 1, W0), dtype=ct.float32)
+    if W1 > 0:
+        w1 = _weight(w, j1, offset, W1, HAS_WEIGHT, CHECK_N and last1)
+        a1 = ct.zeros((1, 1, W1), dtype=ct.float32)
+    if W2 > 0:
+        w2 = _weight(w, j2, offset, W2, HAS_WEIGHT, CHECK_N)
+        a2 = ct.zeros((1, 1, W2), dtype=ct.float32)
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        if CHECK_A:
+            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+        else:
+            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
+        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
+        c0 = CHECK_A or (CHECK_N and last0)
+        xh0, dy0, wdy0, c = _grad_piece(x, dy, ia, ib, 0, rstd, w0, TILE_A, TILE_B, W0, c0, TMA)
+        if W1 > 0:
+            c1 = CHECK_A or (CHECK_N and last1)
+            xh1, dy1, wdy1, part = _grad_piece(x, dy, ia, ib, j1, rstd, w1, TILE_A, TILE_B, W1, c1, TMA)
+            c = c + part
+        if W2 > 0:
+            c2 = CHECK_A or CHECK_N
+            xh2, dy2, wdy2, part = _grad_piece(x, dy, ia, ib, j2, rstd, w2, TILE_A, TILE_B, W2, c2, TMA)
+            c = c + part
+        c = c / n
+        _store(dx, ia, ib, 0, ct.astype((wdy0 - xh0 * c) * rstd, dx.dtype), c0)
+        if HAS_WEIGHT:
+            a0 += _dw(dy0, xh0, x.dtype, ROUND_XHAT)
+        if W1 > 0:
+            _store(dx, ia, ib, j1, ct.astype((wdy1 - xh1 * c) * rstd, dx.dtype), c1)
+            if HAS_WEIGHT:
+                a1 += _dw(dy1, xh1, x.dtype, ROUND_XHAT)
+        if W2 > 0:
+            _store(dx, ia, ib, j2, ct.astype((wdy2 - xh2 * c) * rstd, dx.dtype), c2)
+            if HAS_WEIGHT:
+                a2 += _dw(dy2, xh2, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        _store_dw(dw_partial, 0, a0, W0, CHECK_N and last0)
+        if W1 > 0:
+            _store_dw(dw_partial, j1, a1, W1, CHECK_N and last1)
+        if W2 > 0:
+            _store_dw(dw_partial, j2, a2, W2, CHECK_N)

@@ -1,0 +1,74 @@
+"""Framework-free launchers of the row-tile kernels: DLPack arrays plus a stream.
+
+x, y, dy, dx are 3-D (A, B, N) arrays with unit stride along N (the caller's views: a 2-D input
+is (M, 1, N)); rstd is (A, B) fp32; weight and dw are (N,) or None. Absent optional arrays are
+replaced by placeholders that the kernels' compile-time flags never touch.
+
+Each kernel's host-side signature is spelled once, here (FORWARD_PARAMS, BACKWARD_PARAMS): the
+launchers and the AOT compile check build their argument lists from it, and a test checks it
+against the kernels' own parameters.
+"""
+
+from cutile_rms._launch import launch
+from cutile_rms.experimental.rows import kernels as K
+from cutile_rms.experimental.rows.plan import RowsPlan, plan
+from cutile_rms.rmsnorm import kernels as CK
+from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
+from cutile_rms.rmsnorm.launch import HintVariants
+
+__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "arguments", "backward_values", "forward_values", "plan",
+           "run_backward", "run_forward"]  # fmt: skip
+
+FORWARD_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2", "CASTING",
+                  "HAS_WEIGHT", "STORE_RSTD", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
+BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
+                   "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
+KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS)}
+_VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
+
+
+def _tile_values(p: RowsPlan) -> dict:
+    w0, w1, w2 = p.widths
+    return dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n, TMA=p.tma)
+
+
+def forward_values(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool) -> dict:
+    """The forward kernel's compile-time constants for a plan."""
+    return dict(_tile_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd)
+
+
+def backward_values(p: RowsPlan, has_weight: bool, round_xhat: bool) -> dict:
+    """The backward kernel's compile-time constants for a plan."""
+    return dict(_tile_values(p), HAS_WEIGHT=has_weight, ROUND_XHAT=round_xhat)
+
+
+def arguments(op: str, values: dict) -> tuple:
+    """The argument tuple of op's kernel from named values (arrays, scalars, constants)."""
+    return tuple(values[name] for name in KERNELS[op][1])
+
+
+def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream) -> None:
+    """y = rms_norm(x) * (offset + weight); rstd stored unless it is None. device: the
+    _device.DeviceInfo the plan was made for (unused: the plan holds what it needs)."""
+    has_weight = weight is not None
+    values = forward_values(p, casting, has_weight, rstd is not None)
+    values.update(x=x, w=weight if has_weight else x, y=y, rstd_out=y if rstd is None else rstd, eps=float(eps),
+                  offset=float(offset))  # fmt: skip
+    launch(stream, (p.grid,), _VARIANTS["forward"][p.hints], arguments("forward", values))
+
+
+def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
+                 stream) -> None:  # fmt: skip
+    """dx, and dw (weight's shape and dtype) unless weight is None; empty_f32(shape) allocates
+    the (grid, N) fp32 dW partials on x's device. In llama and none casting dW uses xhat
+    rounded to x's dtype, as the forward multiplied the weight by it."""
+    has_weight = weight is not None
+    n = x.shape[2]
+    partial = empty_f32((p.grid, n)) if has_weight else None
+    values = backward_values(p, has_weight, has_weight and casting != CK.CAST_GEMMA)
+    values.update(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
+                  dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
+    launch(stream, (p.grid,), _VARIANTS["backward"][p.hints], arguments("backward", values))
+    if has_weight:
+        reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), device.num_sms * REDUCE_BLOCKS_PER_SM))
+        launch(stream, (reduce_grid,), CK.dw_reduce, (partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))

@@ -1,0 +1,182 @@
+"""The experimental row-tile kernels (cutile_rms.experimental.rows), on the GPU and through the
+interpreter: every output (y, rstd, dx, dw) against float64, NaN-poisoned before the launch, on
+odd row counts, row lengths that take two or three pieces or overhang their pieces, short rows
+many to a tile, and head views of a fused QKV projection read in place."""
+
+import inspect
+
+import pytest
+import torch
+
+from cutile_rms import interpret, rms_norm, rms_norm_forward
+from cutile_rms.experimental.rows import kernels as K
+from cutile_rms.experimental.rows import launch as RL
+from cutile_rms.experimental.rows.plan import MAX_ROW_ELEMS, pieces, plan
+from cutile_rms.rmsnorm.launch import casting_code
+from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
+from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
+
+pytestmark = pytest.mark.experimental
+
+EPS = 1e-6
+SMS = 132
+
+
+def test_signatures_are_the_kernels():
+    """The launchers' one spelling of each kernel's parameters is the kernel's own."""
+    for kernel, params in ((K.rows_fwd, RL.FORWARD_PARAMS), (K.rows_bwd, RL.BACKWARD_PARAMS)):
+        assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
+
+
+def test_pieces():
+    assert pieces(18432) == (16384, 2048) and pieces(5376) == (4096, 1024, 256) and pieces(128) == (128,)
+    assert pieces(2880) == (2048, 1024) and pieces(1) == (1,) and pieces(4097) == (4096, 1)
+    for n in range(1, 70000, 89):
+        p = pieces(n)
+        assert 1 <= len(p) <= 3 and list(p) == sorted(p, reverse=True) and all(v & (v - 1) == 0 for v in p)
+        assert n <= sum(p) < n + max(p)  # the padding is less than the largest piece
+
+
+def test_plan_rules():
+    """Tiles from bytes, warps from the tile, the occupancy from bytes in flight, the grid from
+    the op; nothing depends on the number of rows but the grid and the row check."""
+    p = plan("forward", 16384, 1, 4096, 2, SMS)
+    assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 8, 4, 8192)
+    assert not p.check_a and not p.check_n
+    q = plan("forward", 524288, 1, 128, 2, SMS)  # QK-norm: 64 rows of 128 per 16 KB tile
+    assert (q.tile_a, q.widths, q.warps) == (64, (128, 0, 0), 8)
+    h = plan("forward", 4096, 28, 128, 2, SMS)  # 28 heads: tiles of 4 heads (the largest power of two in 28)
+    assert (h.tile_a, h.tile_b, h.grid) == (16, 4, 256 * 7)
+    g = plan("forward", 12483, 1, 5376, 2, SMS)
+    assert g.widths == (4096, 1024, 256) and g.check_a is False and g.tile_a == 1
+    assert plan("forward", 2049, 1, 3000, 2, SMS).check_n and plan("forward", 2049, 1, 3000, 2, SMS).check_a
+    b = plan("backward", 524288, 1, 128, 2, SMS)  # persistent: dW partials of grid x N
+    assert b.grid == SMS * b.occupancy and b.tile_a == 32
+    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 1, 2, SMS) is None
+    assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None
+    for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
+        f = plan("forward", m, 1, 6144, 2, SMS)
+        assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 8, 4)
+
+
+def test_row_groups():
+    qkv = torch.empty(2, 3, 3 * 8 * 16)
+    q = qkv[..., : 8 * 16].view(2, 3, 8, 16)  # (batch, seq, heads, head_dim) of a fused projection
+    assert row_groups(q) == (6, 8)
+    v = rows3(q, 6, 8)
+    assert v.data_ptr() == q.data_ptr() and v.stride() == (3 * 8 * 16, 16, 1)  # read in place
+    assert row_groups(torch.empty(5, 7, 9)) == (35, 1) and row_groups(torch.empty(9)) == (1, 1)
+    assert row_groups(torch.empty(4, 6).t()) is None  # strided rows: copied
+    assert row_groups(torch.empty(4, 1, 6).expand(4, 5, 6)) is None  # broadcast rows: copied
+    assert row_groups(torch.empty(4, 5, 6, 7).permute(1, 0, 2, 3)) is None  # three groups: copied
+
+
+CASES = [
+    ((37, 300), "one padded piece, odd M"),
+    ((9, 5376), "three pieces"),
+    ((7, 6144), "two pieces"),
+    ((257, 128), "short rows, a partial tile"),
+    ((3, 2, 5, 64), "4-D, two groups merge"),
+    ((2, 3001), "unaligned rows"),
+]
+
+
+def _poisoned_run(x, dy, w, casting_mode, offset):
+    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
+    dev = x.device
+    a, b = row_groups(x)
+    n = x.shape[-1]
+    code = casting_code(casting_mode, x.dtype == torch.float32)
+    y = nan_like(x.shape, x.dtype, dev)
+    rstd = nan_like(x.shape[:-1], torch.float32, dev)
+    dx = nan_like(x.shape, x.dtype, dev)
+    dw = None if w is None else nan_like(w.shape, w.dtype, dev)
+
+    def run(device, stream):
+        fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms)
+        RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, code, device, stream)
+        bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms)
+        if bp is not None:
+            part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
+            RL.run_backward(bp, rows3(x, a, b), rows3(dy, a, b), w, rstd.view(a, b), dx.view(a, b, n), dw, offset,
+                            code, part, device, stream)  # fmt: skip
+
+    launch_on_device(x, run)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
+
+
+# The casting modes are one computation in fp32 (casting_code): fp32 runs one of them.
+DTYPE_CASTINGS = [(d, c) for d in (torch.bfloat16, torch.float16) for c in ("llama", "gemma", "none")]
+DTYPE_CASTINGS.append((torch.float32, "gemma"))
+
+
+@pytest.mark.parametrize("shape,what", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS, ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS])
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen):
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0, dy0 = x.clone(), dy.clone()
+    out = _poisoned_run(x, dy, w, casting, offset)
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    check_all(
+        out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, None if w is None else w.dtype, casting)
+    )
+    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_rows_mode_through_autograd_on_a_qkv_view(dev, dtype, gen):
+    """mode="rows" end to end: QK-norm on a head view of a fused projection (read in place,
+    not copied), gradients through autograd to the projection, against float64."""
+    bsz, seq, heads, hd = 2, 3, 4, 64
+    qkv = torch.randn(bsz, seq, 3 * heads * hd, generator=gen).to(device=dev, dtype=dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(hd, generator=gen)).to(device=dev, dtype=dtype).requires_grad_()
+    q = qkv[..., : heads * hd].view(bsz, seq, heads, hd)
+    assert row_groups(q) == (bsz * seq, heads)
+    y = rms_norm(q, w, EPS, mode="rows")
+    dy = torch.randn(y.shape, generator=gen).to(device=dev, dtype=dtype)
+    dqkv, dw = torch.autograd.grad(y, [qkv, w], dy)
+    yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
+    tols = tolerances(dtype, dtype, "llama")
+    check_all({"y": y, "dx": dqkv[..., : heads * hd].reshape(q.shape), "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tols)
+    assert torch.count_nonzero(dqkv[..., heads * hd :]) == 0
+
+
+def test_rows_mode_falls_back_for_long_rows(dev, gen):
+    """Rows longer than the row-tile kernels plan run the core kernels, with the same results."""
+    n = MAX_ROW_ELEMS["forward"] + 100
+    x, dy, w = make_inputs((3, n), torch.float32, dev, generator=gen)
+    y, rstd = rms_norm_forward(x, w, EPS, mode="rows")
+    yr, rr, _, _ = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("n", [128, 1000, 4096, 5376])
+def test_rows_batch_invariance(dtype, n):
+    """A row's output bits do not depend on how many rows share the call."""
+    g = torch.Generator().manual_seed(n)
+    big = torch.randn(20000, n, generator=g).to("cuda", dtype)
+    w = (1 + 0.1 * torch.randn(n, generator=g)).to("cuda", dtype)
+    with torch.no_grad():
+        full = rms_norm(big, w, EPS, mode="rows")
+        for m in (1, 7, 130, 4099):
+            assert torch.equal(rms_norm(big[:m], w, EPS, mode="rows"), full[:m]), m
+
+
+def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
+    """mode="rows" reaches the row-tile launchers (not a silent fallback to the core path)."""
+    calls = []
+    for name in ("run_forward", "run_backward"):
+        real = getattr(RL, name)
+        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    with interpret.interpreting():
+        x = torch.randn(5, 256, requires_grad=True)
+        y = rms_norm(x, None, EPS, mode="rows")
+        y.sum().backward()
+    assert calls == ["run_forward", "run_backward"]
+    ref = x.detach().double() * torch.rsqrt(x.detach().double().pow(2).mean(-1, keepdim=True) + EPS)
+    assert ((y.detach().double() - ref).abs().max() < 1e-5).item()
