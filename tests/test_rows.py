@@ -41,7 +41,7 @@ def test_plan_rules():
     """Tiles from bytes, warps from the tile, the occupancy from bytes in flight, the grid from
     the op; nothing depends on the number of rows but the grid and the row check."""
     p = plan("forward", 16384, 1, 4096, 2, SMS)
-    assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 8, 4, 8192)
+    assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 8, 2, 8192)
     assert not p.check_a and not p.check_n
     q = plan("forward", 524288, 1, 128, 2, SMS)  # QK-norm: 64 rows of 128 per 16 KB tile
     assert (q.tile_a, q.widths, q.warps) == (64, (128, 0, 0), 8)
@@ -56,7 +56,7 @@ def test_plan_rules():
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 6144, 2, SMS)
-        assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 8, 4)
+        assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 8, 2)
 
 
 def test_row_groups():

@@ -1,5 +1,9 @@
-"""Candidate configs of the row-tile kernels, pre-filtered on the CPU by their
-compiled register use (no spills), written to rows_candidates.json for the GPU probe."""
+"""Candidate plans of the row-tile kernels (cutile_rms.experimental.rows) around the rules'
+choice, compiled on the CPU with the constraints the JIT derives at launch and kept where they
+do not spill registers: rows_candidates.json, the GPU probe's input (rows_probe.py).
+
+    python -m bench.probes.rows_candidates [workers]        # a few minutes on 2 cores
+"""
 
 import json
 import os
@@ -8,114 +12,86 @@ from concurrent.futures import ProcessPoolExecutor
 
 FWD_SHAPES = [(524288, 128), (262144, 256), (131072, 512), (65536, 1024), (32768, 2048), (22369, 3000),
               (16384, 4096), (12483, 5376), (8192, 6144), (8192, 8192), (4096, 12288), (4096, 16384),
-              (2048, 18432), (2048, 32768), (1024, 65536)]  # fmt: skip
+              (2048, 18432)]  # fmt: skip
 BWD_SHAPES = [(524288, 128), (262144, 256), (131072, 512), (65536, 1024), (16384, 4096), (12483, 5376),
-              (8192, 8192), (4096, 16384), (2048, 18432)]  # fmt: skip
-DTYPES = ("bfloat16", "float32")
-ES = {"bfloat16": 2, "float32": 4}
+              (8192, 8192)]  # fmt: skip
+DTYPES = {"bfloat16": 2, "float32": 4}
+SMS = 132
+OUT = os.path.join(os.path.dirname(__file__), "rows_candidates.json")
 
 
-def next_pow2(n):
-    return 1 << max(0, n - 1).bit_length()
+def space(op, dtype, m, n):
+    """The rules' plan, and plans with 2-4x fewer or more rows per tile, 4 or 8 warps, every
+    occupancy hint; forward also one padded tile per row (where n takes several pieces)."""
+    from cutile_rms.experimental.rows.plan import plan
 
-
-def pieces(n, max_pieces=3):
-    """Powers of two, largest first, covering n with the least padding in at most max_pieces."""
-    g = 1
-    while True:
-        c = -(-n // g) * g
-        bits = [1 << b for b in range(c.bit_length() - 1, -1, -1) if c >> b & 1]
-        if len(bits) <= max_pieces:
-            return bits
-        g *= 2
-
-
-def fwd_space(dtype, m, n):
-    es = ES[dtype]
-    p = pieces(n)
-    npad = sum(p)
-    max_elems = 32768 // es  # 32 KB tiles at most
+    es = DTYPES[dtype]
+    base = plan(op, m, 1, n, es, SMS)
+    if base is None:
+        return []
+    rows = base.tile_a * base.tile_b
     out = []
-    tms = [t for t in (1, 2, 4, 8, 16, 32, 64, 128, 256) if t * next_pow2(npad) <= max_elems and t * npad * es >= 1024]
-    tms = tms[-3:] or [1]
-    for tm in tms:
+    for r in sorted({max(1, rows // 2), rows, min(256, rows * 2)}):
         for warps in (4, 8):
-            for occ in (None, 1, 2, 4, 8):
-                out.append(dict(op="fwd", dtype=dtype, m=m, n=n, tm=tm, pieces=p, warps=warps, occ=occ))
-    if len(p) > 1:  # one padded tile, for comparison
-        out.append(dict(op="fwd", dtype=dtype, m=m, n=n, tm=1, pieces=[next_pow2(n)], warps=8, occ=None))
+            for occ in (1, 2, 4, 8):
+                out.append(dict(op=op, dtype=dtype, m=m, n=n, tile_rows=r, warps=warps, occupancy=occ, max_pieces=3))
+    if op == "forward" and len([w for w in base.widths if w]) > 1 and plan(op, m, 1, n, es, SMS, max_pieces=1):
+        out.append(dict(op=op, dtype=dtype, m=m, n=n, tile_rows=rows, warps=8, occupancy=1, max_pieces=1))
     return out
 
 
-def bwd_space(dtype, m, n):
-    es = ES[dtype]
-    p = pieces(n)
-    npad = sum(p)
-    max_elems = 16384 // es
-    out = []
-    tms = [t for t in (1, 2, 4, 8, 16, 32, 64, 128) if t * next_pow2(npad) <= max_elems and t * npad * es >= 512]
-    tms = tms[-3:] or [1]
-    for tm in tms:
-        for warps in (4, 8):
-            for occ in (None, 1, 2, 4):
-                out.append(dict(op="bwd", dtype=dtype, m=m, n=n, tm=tm, pieces=p, warps=warps, occ=occ))
-    return out
+def plan_of(c, persistent=None):
+    from cutile_rms.experimental.rows.plan import plan
+
+    return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c["tile_rows"], warps=c["warps"],
+                occupancy=c["occupancy"], persistent=persistent, max_pieces=c["max_pieces"])  # fmt: skip
 
 
 def params(c):
+    """The kernel's constraint list for a candidate (a 2-D input: B == 1), training flags."""
     import cuda.tile as ct
 
     from bench.probes.sass import F32, array
+    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.rmsnorm import kernels as K
 
     dt = {"bfloat16": ct.bfloat16, "float32": ct.float32}[c["dtype"]]
-    m, n, tm = c["m"], c["n"], c["tm"]
-    w = list(c["pieces"]) + [0] * (3 - len(c["pieces"]))
-    cm = m % tm != 0
-    cn = sum(c["pieces"]) != n
-    if c["op"] == "fwd":
-        return [array(dt, (m, n)), array(dt, (n,)), array(dt, (m, n)), array(ct.float32, (m,)), F32, F32, tm, *w,
-                dt != ct.float32, True, True, cm, cn, False]  # fmt: skip
-    return [array(dt, (m, n)), array(dt, (m, n)), array(dt, (n,)), array(ct.float32, (m,)), array(dt, (m, n)),
-            array(ct.float32, (264, n)), F32, tm, *w, True, dt != ct.float32, cm, cn, False]  # fmt: skip
+    m, n = c["m"], c["n"]
+    p = plan_of(c)
+    rows = array(dt, (m, 1, n))
+    rstd = array(ct.float32, (m, 1))
+    values = dict(x=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd,
+                  dw_partial=array(ct.float32, (p.grid, n)), eps=F32, offset=F32)  # fmt: skip
+    if c["op"] == "forward":
+        values.update(RL.forward_values(p, K.CAST_LLAMA if dt != ct.float32 else K.CAST_GEMMA, True, True))
+    else:
+        values.update(RL.backward_values(p, True, dt != ct.float32))
+    return RL.KERNELS[c["op"]][0], [values[name] for name in RL.KERNELS[c["op"]][1]], p.hints
 
 
 def report(c):
     os.environ["CUDA_TILE_CACHE_DIR"] = "off"
-    from bench.probes import rows_kernels as R
     from bench.probes.sass import compile_report
 
-    hints = {"num_worker_warps": c["warps"]}
-    if c["occ"]:
-        hints["occupancy"] = c["occ"]
-    k = R.fwd_rows if c["op"] == "fwd" else R.bwd_rows
     try:
-        r = compile_report(k, params(c), **hints)
+        kernel, ps, (occupancy, warps) = params(c)
+        r = compile_report(kernel, ps, occupancy=occupancy, num_worker_warps=warps)
     except Exception as e:
         return dict(c, error=f"{type(e).__name__}: {e}"[:200])
-    return dict(c, regs=r["REG"], stack=r.get("STACK", 0), ops=r["ops"])
+    return dict(c, regs=r["REG"], stack=r.get("STACK", 0))
 
 
 def main():
-    cands = []
-    for d in DTYPES:
-        for m, n in FWD_SHAPES:
-            cands += fwd_space(d, m, n)
-        for m, n in BWD_SHAPES:
-            cands += bwd_space(d, m, n)
-    # one compile per distinct specialization (m only matters through m % tm and m % 16)
+    cands = [c for d in DTYPES for m, n in FWD_SHAPES for c in space("forward", d, m, n)]
+    cands += [c for d in DTYPES for m, n in BWD_SHAPES for c in space("backward", d, m, n)]
     print(len(cands), "candidates", file=sys.stderr)
     with ProcessPoolExecutor(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as ex:
         res = list(ex.map(report, cands, chunksize=4))
-    keep, seen = [], set()
+    keep = [r for r in res if "error" not in r and r["stack"] == 0]
     for r in res:
-        if "error" in r or r["stack"] > 0:
-            continue
-        key = (r["op"], r["dtype"], r["m"], r["n"], r["tm"], tuple(r["pieces"]), r["warps"], r["regs"])
-        if key in seen:  # an occupancy hint that did not change the registers: same kernel, for this purpose
-            continue
-        seen.add(key)
-        keep.append(r)
-    with open(os.path.join(os.path.dirname(__file__), "rows_candidates.json"), "w") as f:
+        if "error" in r:
+            print("failed:", r, file=sys.stderr)
+    with open(OUT, "w") as f:
         json.dump(keep, f)
     print(len(keep), "kept", file=sys.stderr)
 

@@ -1,6 +1,16 @@
-"""GPU probe: the row-tile kernels (rows_kernels.py) on the candidates of
-rows_candidates.json against the shipped plans, Liger and the copy ceiling. Graph replay over rotated
-inputs (bench.timing), every variant checked against float64 first. Writes $OUT/rows.csv."""
+"""GPU probe of the row-tile kernels (cutile_rms.experimental.rows): every candidate plan of
+rows_candidates.json (the rules' choice and the plans around it that compiled without spills),
+forward on one block per row tile and on a persistent grid, backward persistent, beside the
+shipped core plans, Liger and the copy ceiling of the same run. Graph replay over rotated inputs
+(bench.timing); every candidate checked against float64 first. Writes $OUT/rows.csv and prints
+one line per shape (best of each provider).
+
+    python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
+
+It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
+bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then
+compiles every kernel in parallel into the disk caches, then times.
+"""
 
 import csv
 import json
@@ -13,7 +23,6 @@ T0 = time.time()
 DEADLINE = float(os.environ.get("PROBE_SECONDS", "470"))
 OUT = os.environ.get("OUT", "/tmp")
 HERE = os.path.dirname(os.path.abspath(__file__))
-DT = {"bfloat16": "bfloat16", "float32": "float32"}
 EPS = 1e-6
 
 
@@ -21,179 +30,146 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-def cand_kernel(c):
-    from bench.probes import rows_kernels as R
-
-    hints = {"num_worker_warps": c["warps"]}
-    if c.get("occ"):
-        hints["occupancy"] = c["occ"]
-    return (R.fwd_rows if c["op"] == "fwd" else R.bwd_rows).replace_hints(**hints)
-
-
-def consts(c):
-    w = list(c["pieces"]) + [0] * (3 - len(c["pieces"]))
-    return c["tm"], w, c["m"] % c["tm"] != 0, sum(c["pieces"]) != c["n"]
-
-
-def resident(c, sms_threads=2048):
-    threads = 32 * c["warps"]
-    regs = -(-c["regs"] // 8) * 8
-    return max(1, min(32, 65536 // (regs * threads), sms_threads // threads))
-
-
 def make_inputs(torch, dtype, m, n, nsets, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     tdt = getattr(torch, dtype)
-    sets = []
+    out = []
     for _ in range(nsets):
         x = torch.randn((m, n), generator=g, device="cuda").to(tdt)
         w = (1.0 + 0.1 * torch.randn((n,), generator=g, device="cuda")).to(tdt)
-        dy = torch.randn((m, n), generator=g, device="cuda").to(tdt)
-        sets.append((x, w, dy))
-    return sets
+        out.append((x, w, torch.randn((m, n), generator=g, device="cuda").to(tdt)))
+    return out
 
 
-def fwd_launcher(torch, ct, c, x, w, y, rstd, grid):
-    k = cand_kernel(c)
-    tm, W, cm, cn = consts(c)
-    llama = x.dtype != torch.float32
-    args = (x, w, y, rstd, EPS, 0.0, tm, *W, llama, True, True, cm, cn, False)
-    return lambda: ct.launch(torch.cuda.current_stream(), (grid,), k, args)
+def _plan(c, persistent=None):
+    from bench.probes.rows_candidates import plan_of
+
+    return plan_of(c, persistent)
 
 
-def bwd_launcher(torch, ct, c, x, dy, w, rstd, dx, partial, dw, grid):
-    from cutile_rms.rmsnorm import kernels as K
+def forward_call(torch, c, x, w, y, rstd, persistent):
+    """One forward launch of candidate c on (m, n) tensors, as a closure."""
+    from cutile_rms._device import device_info
+    from cutile_rms.experimental.rows import launch as RL
 
-    k = cand_kernel(c)
-    tm, W, cm, cn = consts(c)
-    rnd = x.dtype != torch.float32
-    args = (x, dy, w, rstd, dx, partial, 0.0, tm, *W, True, rnd, cm, cn, False)
-    n = x.shape[1]
-    rgrid = max(1, min(-(-n // 256), 132 * 4))
+    p = _plan(c, persistent)
+    m, n = x.shape
+    code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*)
+    info = device_info(0)
+    x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
+    return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream)
 
-    def run():
-        s = torch.cuda.current_stream()
-        ct.launch(s, (grid,), k, args)
-        ct.launch(s, (rgrid,), K.dw_reduce, (partial, dw, 32, 256))
 
-    return run
+def backward_call(torch, c, x, dy, w, rstd, dx, dw):
+    from cutile_rms._device import device_info
+    from cutile_rms.experimental.rows import launch as RL
+
+    p = _plan(c)
+    m, n = x.shape
+    code = 0 if x.dtype != torch.float32 else 1
+    info = device_info(0)
+    part = torch.empty((p.grid, n), device="cuda")
+    args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code,
+            lambda shape: part)  # fmt: skip
+    return p, lambda: RL.run_backward(*args, info, torch.cuda.current_stream().cuda_stream)
 
 
 def warm(task):
-    """Pool worker: run one launch of a task so its kernels are compiled into the disk caches."""
-    import cuda.tile as ct
+    """Pool worker: one launch of a task, so its kernels are compiled into the disk caches."""
     import torch
 
     kind, c = task
     try:
-        m, n, dtype = c["m"], c["n"], c["dtype"]
-        ((x, w, dy),) = make_inputs(torch, dtype, m, n, 1, 1)
-        if kind == "cand" and c["op"] == "fwd":
-            fwd_launcher(torch, ct, c, x, w, torch.empty_like(x), torch.empty(m, device="cuda"), 1)()
+        ((x, w, dy),) = make_inputs(torch, c["dtype"], c["m"], c["n"], 1, 1)
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + EPS)
+        if kind == "cand" and c["op"] == "forward":
+            forward_call(torch, c, x, w, torch.empty_like(x), torch.empty_like(rstd), False)[1]()
         elif kind == "cand":
-            p = torch.empty((1, n), device="cuda")
-            bwd_launcher(torch, ct, c, x, dy, w, torch.ones(m, device="cuda"), torch.empty_like(x), p,
-                         torch.empty_like(w), 1)()  # fmt: skip
+            backward_call(torch, c, x, dy, w, rstd, torch.empty_like(x), torch.empty_like(w))[1]()
         elif kind == "shipped":
             import cutile_rms
 
-            xg = x.requires_grad_()
-            wg = w.requires_grad_()
-            y = cutile_rms.rms_norm(xg, wg, EPS)
-            torch.autograd.grad(y, [xg, wg], dy)
+            xg, wg = x.requires_grad_(), w.requires_grad_()
+            torch.autograd.grad(cutile_rms.rms_norm(xg, wg, EPS), [xg, wg], dy)
             with torch.no_grad():
                 cutile_rms.rms_norm(x, w, EPS)
         elif kind == "liger":
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-            xg = x.requires_grad_()
-            wg = w.requires_grad_()
-            y = LigerRMSNormFunction.apply(xg, wg, EPS, 0.0, "llama", False)
-            torch.autograd.grad(y, [xg, wg], dy)
+            xg, wg = x.requires_grad_(), w.requires_grad_()
+            torch.autograd.grad(LigerRMSNormFunction.apply(xg, wg, EPS, 0.0, "llama", False), [xg, wg], dy)
         torch.cuda.synchronize()
         return None
     except Exception as e:
         return f"{kind} {c}: {type(e).__name__}: {e}"[:300]
 
 
-def ref_fwd(torch, x, w):
-    xd = x.double()
-    rstd = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS)
-    return xd * rstd * w.double(), rstd.squeeze(-1)
-
-
-def rel(torch, a, b):
+def rel(a, b):
     return ((a.double() - b).norm() / b.norm()).item()
 
 
 class Recorder:
-    """Rows of one shape into the probe's CSV, with % of the copy ceiling, and the best of each
-    provider for the summary line."""
+    """Rows of one shape into the CSV, with % of the copy ceiling, and the best per provider."""
 
-    COLUMNS = ["op", "dtype", "M", "N", "who", "tm", "pieces", "warps", "occ", "regs", "grid", "us", "pct_copy", "err",
-               "copy_us"]  # fmt: skip
+    COLUMNS = ["op", "dtype", "M", "N", "who", "tile", "widths", "warps", "occupancy", "regs", "grid", "us",
+               "pct_copy", "err", "copy_us"]  # fmt: skip
 
     def __init__(self, writer, f, op, dtype, m, n, copy_us):
         es = 2 if dtype == "bfloat16" else 4
         self.writer, self.f = writer, f
         self.base = dict(op=op, dtype=dtype, M=m, N=n, copy_us=round(copy_us, 2))
-        self.nbytes = (2 * m * n * es + 4 * m) if op == "fwd" else (3 * m * n * es + 4 * m)
+        self.nbytes = (2 * m * n * es + 4 * m) if op == "forward" else (3 * m * n * es + 4 * m)
         self.copy_gbps = 2 * m * n * es / copy_us
         self.best = {}
 
-    def __call__(self, who, us, err="", **kw):
+    def __call__(self, who, us, err="", c=None, p=None):
         pct = round(100 * (self.nbytes / us) / self.copy_gbps, 1) if us else ""
+        kw = {}
+        if p is not None:
+            kw = dict(tile=f"{p.tile_a}x{p.tile_b}", widths="+".join(str(w) for w in p.widths if w), warps=p.warps,
+                      occupancy=p.occupancy, regs=c["regs"], grid=p.grid)  # fmt: skip
         row = dict(self.base, who=who, us=round(us, 2) if us else "", pct_copy=pct, err=err, **kw)
         self.writer.writerow(row)
         self.f.flush()
         if us and (who not in self.best or us < self.best[who]["us"]):
             self.best[who] = row
-        return row
 
     def line(self) -> str:
         b = self.base
-        out = f"{b['op']:3} {b['dtype']:8} {b['M']:>6}x{b['N']:<6} copy {b['copy_us']:6.1f}us"
-        for who in ("shipped", "liger", "cand"):
+        out = f"{b['op']:8} {b['dtype']:8} {b['M']:>6}x{b['N']:<6} copy {b['copy_us']:6.1f}us"
+        for who in ("shipped", "liger", "rows", "rows-persistent"):
             if who in self.best:
                 r = self.best[who]
                 out += f" | {who} {r['us']:7.1f} ({r['pct_copy']:5.1f}%)"
-        if "cand" in self.best:
-            r = self.best["cand"]
-            out += f" [tm {r['tm']} {r['pieces']} w{r['warps']} occ{r['occ']} r{r['regs']} g{r['grid']}]"
+                if who.startswith("rows"):
+                    out += f" [{r['tile']} {r['widths']} w{r['warps']} o{r['occupancy']} r{r['regs']}]"
         return out
 
 
-def _cand_fields(c, grid):
-    return dict(tm=c["tm"], pieces="+".join(map(str, c["pieces"])), warps=c["warps"], occ=c["occ"] or "",
-                regs=c["regs"], grid=grid)  # fmt: skip
-
-
-def _tol(dtype):
-    return 2e-2 if dtype == "bfloat16" else 1e-4
-
-
-def print_signatures(torch, cands):
-    """What the JIT derives for a real (16384, 4096) bf16 array, beside the CPU rule of sass.py."""
+def print_signatures(torch):
+    """What the JIT derives for a real (16384, 4096) bf16 array, beside sass.py's CPU rule."""
     import cuda.tile as ct
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from bench.probes.sass import array
+    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.experimental.rows.plan import plan
 
-    x = torch.empty((16384, 4096), device="cuda", dtype=torch.bfloat16)
-    k = cand_kernel(next(c for c in cands if c["op"] == "fwd"))
-    args = (x, x[0], x, torch.empty(16384, device="cuda"), EPS, 0.0, 1, 4096, 0, 0, True, True, True, False, False,
-            False)  # fmt: skip
+    x = torch.empty((16384, 1, 4096), device="cuda", dtype=torch.bfloat16)
+    p = plan("forward", 16384, 1, 4096, 2, 132)
+    values = dict(RL.forward_values(p, 0, True, True), x=x, w=x[0, 0], y=x, rstd_out=torch.empty((16384, 1),
+                  device="cuda"), eps=EPS, offset=0.0)  # fmt: skip
+    args = RL.arguments("forward", values)
     for cc in ("cutile_python_v1", "cutile_python_v2"):
         try:
-            sig = KernelSignature.from_kernel_args(k, args, getattr(CallingConvention, cc)())
+            sig = KernelSignature.from_kernel_args(RL.KERNELS["forward"][0], args, getattr(CallingConvention, cc)())
             log(cc, "x:", sig.parameters[0])
         except Exception as e:
             log(cc, "signature failed:", type(e).__name__, e)
-    log("cpu rule x:", array(ct.bfloat16, (16384, 4096)))
+    log("cpu rule x:", array(ct.bfloat16, (16384, 1, 4096)))
 
 
 def warm_all(shapes, cands):
-    """Compile every candidate, the shipped kernels and Liger's for every shape, in parallel."""
     tasks = [("cand", c) for c in cands]
     for _op, dtype, m, n in shapes:
         tasks += [("shipped", dict(m=m, n=n, dtype=dtype)), ("liger", dict(m=m, n=n, dtype=dtype))]
@@ -205,8 +181,11 @@ def warm_all(shapes, cands):
         log("  ", e)
 
 
-def time_forward(torch, rec, sets, cands, sms):
-    import cuda.tile as ct
+def _tol(dtype):
+    return 2e-2 if dtype == "bfloat16" else 1e-4
+
+
+def time_forward(torch, rec, sets, cands):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     import cutile_rms
@@ -214,75 +193,68 @@ def time_forward(torch, rec, sets, cands, sms):
 
     m = sets[0][0].shape[0]
     dtype = str(sets[0][0].dtype).removeprefix("torch.")
-    yref, rref = ref_fwd(torch, sets[0][0], sets[0][1])
+    xd = sets[0][0].double()
+    rref = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS)
+    yref, rref = xd * rref * sets[0][1].double(), rref.squeeze(-1)
     ys = [torch.empty_like(s[0]) for s in sets]
     rs = [torch.empty(m, device="cuda") for _ in sets]
-    try:
-        rec("shipped", Tm.graph_us([lambda s=s: cutile_rms.rms_norm_forward(s[0], s[1], EPS) for s in sets], 50))
-    except Exception as e:
-        rec("shipped", None, f"{type(e).__name__}: {e}"[:100])
+    rec("shipped", Tm.graph_us([lambda s=s: cutile_rms.rms_norm_forward(s[0], s[1], EPS) for s in sets], 50))
     with torch.no_grad():
-        calls = [lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False) for s in sets]
-        rec("liger", Tm.graph_us(calls, 50))
+        rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
+                                  for s in sets], 50))  # fmt: skip
     for c in cands:
-        tiles = -(-m // c["tm"])
-        for grid in dict.fromkeys((tiles, min(tiles, sms * resident(c)))):  # one block per row tile; persistent
-            calls = [fwd_launcher(torch, ct, c, s[0], s[1], y, r, grid) for s, y, r in zip(sets, ys, rs, strict=True)]
+        for persistent in (False, True):
+            calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
+            p = calls[0][0]
             ys[0].fill_(float("nan"))
             rs[0].fill_(float("nan"))
-            calls[0]()
-            err = max(rel(torch, ys[0], yref), rel(torch, rs[0], rref))
+            calls[0][1]()
+            err = max(rel(ys[0], yref), rel(rs[0], rref))
+            who = "rows-persistent" if persistent else "rows"
             if not err < _tol(dtype):
-                rec("cand", None, f"wrong {err:.2e}", **_cand_fields(c, grid))
+                rec(who, None, f"wrong {err:.2e}", c, p)
                 continue
-            rec("cand", Tm.graph_us(calls, 50), **_cand_fields(c, grid))
+            rec(who, Tm.graph_us([f for _, f in calls], 50), "", c, p)
 
 
-def time_backward(torch, rec, sets, cands, sms):
-    import cuda.tile as ct
+def time_backward(torch, rec, sets, cands):
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     import cutile_rms
     from bench import timing as Tm
 
-    m, n = sets[0][0].shape
     dtype = str(sets[0][0].dtype).removeprefix("torch.")
     xg = [s[0].clone().requires_grad_() for s in sets]
     wg = [s[1].clone().requires_grad_() for s in sets]
     providers = {"shipped": lambda a, b: cutile_rms.rms_norm(a, b, EPS),
                  "liger": lambda a, b: LigerRMSNormFunction.apply(a, b, EPS, 0.0, "llama", False)}  # fmt: skip
     for who, fn in providers.items():
-        try:
-            with torch.cuda.stream(Tm.capture_stream()):  # autograd runs backward on the forward's stream
-                ys = [fn(a, b) for a, b in zip(xg, wg, strict=True)]
-            torch.cuda.current_stream().wait_stream(Tm.capture_stream())
-            calls = [lambda y=y, a=a, b=b, s=s: torch.autograd.grad(y, [a, b], s[2], retain_graph=True)
-                     for y, a, b, s in zip(ys, xg, wg, sets, strict=True)]  # fmt: skip
-            rec(who, Tm.graph_us(calls, 100))
-        except Exception as e:
-            rec(who, None, f"{type(e).__name__}: {e}"[:150])
+        with torch.cuda.stream(Tm.capture_stream()):  # autograd runs backward on the forward's stream
+            ys = [fn(a, b) for a, b in zip(xg, wg, strict=True)]
+        torch.cuda.current_stream().wait_stream(Tm.capture_stream())
+        calls = [lambda y=y, a=a, b=b, s=s: torch.autograd.grad(y, [a, b], s[2], retain_graph=True)
+                 for y, a, b, s in zip(ys, xg, wg, sets, strict=True)]  # fmt: skip
+        rec(who, Tm.graph_us(calls, 100))
     rstds = [torch.rsqrt(s[0].float().pow(2).mean(-1) + EPS) for s in sets]
     x0, w0, dy0 = sets[0]
-    xd = x0.double().requires_grad_()
-    wd = w0.double().requires_grad_()
+    xd, wd = x0.double().requires_grad_(), w0.double().requires_grad_()
     dxr, dwr = torch.autograd.grad(
         xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * wd, [xd, wd], dy0.double()
     )
     dxs = [torch.empty_like(s[0]) for s in sets]
     dws = [torch.empty_like(s[1]) for s in sets]
     for c in cands:
-        grid = min(-(-m // c["tm"]), sms * resident(c))
-        parts = [torch.empty((grid, n), device="cuda") for _ in sets]
-        calls = [bwd_launcher(torch, ct, c, s[0], s[2], s[1], r, dx, p, dw, grid)
-                 for s, r, dx, p, dw in zip(sets, rstds, dxs, parts, dws, strict=True)]  # fmt: skip
+        calls = [backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
+                 for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)]  # fmt: skip
+        p = calls[0][0]
         dxs[0].fill_(float("nan"))
         dws[0].fill_(float("nan"))
-        calls[0]()
-        err = max(rel(torch, dxs[0], dxr), rel(torch, dws[0], dwr))
+        calls[0][1]()
+        err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
         if not err < _tol(dtype):
-            rec("cand", None, f"wrong {err:.2e}", **_cand_fields(c, grid))
+            rec("rows", None, f"wrong {err:.2e}", c, p)
             continue
-        rec("cand", Tm.graph_us(calls, 100), **_cand_fields(c, grid))
+        rec("rows", Tm.graph_us([f for _, f in calls], 100), "", c, p)
 
 
 def main():
@@ -292,9 +264,8 @@ def main():
 
     with open(os.path.join(HERE, "rows_candidates.json")) as f:
         cands = json.load(f)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    log("GPU", torch.cuda.get_device_name(), "SMs", sms, "cands", len(cands))
-    print_signatures(torch, cands)
+    log("GPU", torch.cuda.get_device_name(), "cands", len(cands))
+    print_signatures(torch)
     shapes = {}
     for c in cands:
         shapes.setdefault((c["op"], c["dtype"], c["m"], c["n"]), []).append(c)
@@ -303,7 +274,7 @@ def main():
     with open(os.path.join(OUT, "rows.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, Recorder.COLUMNS)
         writer.writeheader()
-        for key in sorted(shapes, key=lambda s: (s[1] != "bfloat16", s[0] != "fwd")):
+        for key in sorted(shapes, key=lambda s: (s[1] != "bfloat16", s[0] != "forward")):
             if time.time() - T0 > DEADLINE:
                 log("deadline: stopping before", key)
                 break
@@ -316,7 +287,7 @@ def main():
             )
             del outs
             rec = Recorder(writer, f, op, dtype, m, n, copy_us)
-            (time_forward if op == "fwd" else time_backward)(torch, rec, sets, shapes[key], sms)
+            (time_forward if op == "forward" else time_backward)(torch, rec, sets, shapes[key])
             log(rec.line())
             summary.append(rec.line())
             del sets

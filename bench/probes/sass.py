@@ -84,45 +84,66 @@ def _aot_array(dtype, shape):
                            may_alias_internally=False, stride_constant=[None] * (nd - 1) + [1])  # fmt: skip
 
 
+def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
+    """(label, kernel, params, hints) of a row-tile kernel (cutile_rms.experimental.rows) for an
+    (m, b, n) input, planned by its rules (overrides: plan keywords), training flags."""
+    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rmsnorm import kernels as K
+
+    p = plan(op, m, b, n, ES[dt], 132, **overrides)
+    rows = array(dt, (m, b, n), strides)
+    rstd = array(ct.float32, (m, b))
+    values = dict(x=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd, eps=F32,
+                  offset=F32, dw_partial=array(ct.float32, (p.grid, n)))  # fmt: skip
+    if op == "forward":
+        values.update(RL.forward_values(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True, True))
+    else:
+        values.update(RL.backward_values(p, True, dt != ct.float32))
+    kernel, names = RL.KERNELS[op]
+    occupancy, warps = p.hints
+    tile = f"{p.tile_a}x{p.tile_b}x{'+'.join(str(w) for w in p.widths if w)}"
+    return (f"{label}: rows {op} {dt} {m}x{b}x{n}, tile {tile}, {warps} warps, occupancy {occupancy}", kernel,
+            [values[k] for k in names], hints or {"occupancy": occupancy, "num_worker_warps": warps})  # fmt: skip
+
+
 def _cases():
     """(label, kernel, params, hints) of the table in bench/NOTES.md, session 11."""
-    from bench.probes import rows_kernels as R
     from cutile_rms.rmsnorm import kernels as K
 
     bf, f32 = ct.bfloat16, ct.float32
     out = []
     for how, a in (("aot", _aot_array), ("runtime", array)):
         x = a(bf, (16384, 4096))
-        out.append((f"{how}: one-row norm, plain checked loads, bf16 1x4096, 8 warps", R.fwd_rows,
-                    [x, a(bf, (4096,)), x, array(f32, (16384,)), F32, F32, 1, 4096, 0, 0, True, True, True, True, False,
-                     False], {"num_worker_warps": 8}))  # fmt: skip
         out.append((f"{how}: shipped rms_fwd_tile bf16 2x4096, occ 2, 4 warps", K.rms_fwd_tile,
                     [x, a(bf, (4096,)), x, array(f32, (16384,)), F32, F32, 2, 4096, 0, K.CAST_LLAMA, True, False, 0],
                     {"occupancy": 2, "num_worker_warps": 4}))  # fmt: skip
         out.append((f"{how}: shipped rms_bwd_tile bf16 2x4096, occ 2, 8 warps", K.rms_bwd_tile,
                     [x, x, a(bf, (4096,)), array(f32, (16384,)), x, array(f32, (264, 4096)), F32, 2, 4096, True, True,
                      False, 0], {"occupancy": 2, "num_worker_warps": 8}))  # fmt: skip
-    for n_div, label in ((16, "N % 16 == 0"), (8, "N % 8 == 0"), (1, "N unaligned")):
-        x = ArrayConstraint(bf, 2, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
-                            may_alias_internally=False, stride_constant=[None, 1], stride_divisible_by=[8, 1],
-                            shape_divisible_by=[1, n_div], base_addr_divisible_by=16)  # fmt: skip
-        out.append((f"runtime-like but {label}: one-row norm, plain checked loads", R.fwd_rows,
-                    [x, array(bf, (4096,)), x, array(f32, (16384,)), F32, F32, 1, 4096, 0, 0, True, True, True, True,
-                     False, False], {"num_worker_warps": 8}))  # fmt: skip
-    for dt, (m, n), tm, pieces, warps, occ in (
-        (bf, (16384, 4096), 1, (4096,), 8, None), (bf, (16384, 4096), 1, (4096,), 8, 4),
-        (bf, (16384, 4096), 2, (4096,), 8, None), (bf, (16384, 4096), 2, (4096,), 8, 2),
-        (bf, (16384, 4096), 2, (4096,), 8, 3), (bf, (524288, 128), 64, (128,), 4, None),
-        (bf, (524288, 128), 64, (128,), 4, 8), (bf, (2048, 18432), 1, (16384, 2048), 8, None),
-        (bf, (2048, 18432), 1, (16384, 2048), 8, 2), (bf, (12483, 5376), 1, (4096, 1024, 256), 8, None),
-        (bf, (2048, 32768), 1, (32768,), 8, None), (f32, (2048, 16384), 1, (16384,), 8, None),
-        (f32, (2048, 16384), 1, (16384,), 8, 2),
+        x = a(bf, (16384, 1, 4096))
+        label, kernel, params, hints = _rows_case(f"{how}", "forward", bf, 16384, 4096, tile_rows=1)
+        params[0] = params[2] = x
+        params[1] = a(bf, (4096,))
+        out.append((label + " (plain checked loads)", kernel, params, hints))
+    for n_div, what in ((16, "N % 16 == 0"), (8, "N % 8 == 0"), (1, "N unaligned")):
+        x = ArrayConstraint(bf, 3, index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
+                            may_alias_internally=False, stride_constant=[None, None, 1], shape_constant=[None, 1, None],
+                            stride_divisible_by=[8, 8, 1], shape_divisible_by=[1, 1, n_div],
+                            base_addr_divisible_by=16)  # fmt: skip
+        label, kernel, params, hints = _rows_case(f"runtime-like but {what}", "forward", bf, 16384, 4096, tile_rows=1)
+        params[0] = params[2] = x
+        out.append((label, kernel, params, hints))
+    for dt, m, n, kw in (
+        (bf, 16384, 4096, {}), (bf, 16384, 4096, dict(tile_rows=1)), (bf, 16384, 4096, dict(occupancy=2)),
+        (bf, 524288, 128, {}), (bf, 12483, 5376, {}), (bf, 8192, 6144, {}), (bf, 2048, 18432, {}),
+        (bf, 2048, 18432, dict(occupancy=2)), (f32, 16384, 4096, {}), (f32, 2048, 16384, {}),
+        (f32, 2048, 16384, dict(occupancy=2)),
     ):  # fmt: skip
-        w = list(pieces) + [0] * (3 - len(pieces))
-        hints = {"num_worker_warps": warps, **({"occupancy": occ} if occ else {})}
-        out.append((f"runtime: rows fwd {dt} {m}x{n} tile {tm}x{'+'.join(map(str, pieces))}, {warps} warps, occ {occ}",
-                     R.fwd_rows, [array(dt, (m, n)), array(dt, (n,)), array(dt, (m, n)), array(f32, (m,)), F32, F32, tm,
-                                  *w, dt != f32, True, True, m % tm != 0, sum(pieces) != n, False], hints))  # fmt: skip
+        out.append(_rows_case("runtime", "forward", dt, m, n, **kw))
+    out.append(_rows_case("runtime, QK head view", "forward", bf, 4096, 128, b=32, strides=(3 * 32 * 128, 128, 1)))
+    for dt, m, n in ((bf, 524288, 128), (bf, 16384, 4096), (bf, 12483, 5376), (f32, 8192, 8192)):
+        out.append(_rows_case("runtime", "backward", dt, m, n))
     return out
 
 

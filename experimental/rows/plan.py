@@ -17,8 +17,13 @@ around them.
 - warps: 8 for tiles of WIDE_TILE elements or more (at most 72 elements per thread at the
   longest rows planned), else 4.
 - occupancy hint: the blocks per SM that keep IN_FLIGHT_BYTES of row tiles in flight per SM,
-  a power of two from 1 to 8, never more threads than an SM holds; the hint caps registers at
-  65536 / (blocks x threads).
+  a power of two from 1 to 8, never more threads than an SM holds, and never so many that the
+  hint's register cap, 65536 / (blocks x threads), falls under what the tile needs:
+  REG_BASE + REG_PER_ELEM[op] registers per element a thread holds. That need is read off the
+  compiled kernels (bench/probes/rows_candidates.json: the highest hint that compiled without
+  spills, for bf16 and fp32, 4 and 8 warps, 1-256 rows of 128-18432 elements): one-row forward
+  tiles spilled at 64 registers with 21-24 elements per thread and compiled at 128; the
+  backward, which also holds dy and the dW sums, needs about twice as many per element.
 - longest rows: MAX_ROW_ELEMS (forward 18432, backward 8192 elements, pieces included): the
   longest rows whose 8-warp kernel compiled without spilling for both bf16 and fp32. Longer
   rows get no plan (None): the caller runs the core kernels.
@@ -43,6 +48,9 @@ TILE_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
 MAX_TILE_ROWS = 256
 WIDE_TILE = 4096
 IN_FLIGHT_BYTES = 64 * 1024
+REG_BASE = 48
+REG_PER_ELEM = {"forward": 2, "backward": 4}
+REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -92,14 +100,15 @@ class RowsPlan:
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
-         tma: bool = False) -> RowsPlan | None:  # fmt: skip
+         tma: bool = False, max_pieces: int = MAX_PIECES) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
-    its rows are longer than MAX_ROW_ELEMS[op]. The keywords override the rules (probes, tuning)."""
+    its rows are longer than MAX_ROW_ELEMS[op]. The keywords override the rules (probes, tuning;
+    max_pieces=1: one padded tile per row)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
-    ps = pieces(n)
+    ps = pieces(n, max_pieces)
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
         return None
@@ -109,8 +118,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     elems = rows * width
     warps = warps or (8 if elems >= WIDE_TILE else 4)
     tile_bytes = elems * elem_size * (2 if op == "backward" else 1)
-    fit = min(OCCUPANCIES[-1], THREADS_PER_SM // (32 * warps), max(1, IN_FLIGHT_BYTES // tile_bytes))
-    occupancy = occupancy or _prev_pow2(fit)
+    threads = 32 * warps
+    registers = REG_BASE + REG_PER_ELEM[op] * elems // threads
+    fit = min(OCCUPANCIES[-1], THREADS_PER_SM // threads, REGISTERS_PER_SM // (threads * registers),
+              IN_FLIGHT_BYTES // tile_bytes)  # fmt: skip
+    occupancy = occupancy or _prev_pow2(max(1, fit))
     tiles = -(-a // tile_a) * (b // tile_b)
     if persistent is None:
         persistent = op == "backward"
