@@ -193,16 +193,25 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
         return t.contiguous().view(a, b, t.shape[-1])
 
 
+def _rows_plan(op: str, x: torch.Tensor):
+    """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
+    needed). A plan of None with rows means rows too long for them: the core kernels run."""
+    from cutile_rms.experimental.rows.plan import plan
+
+    groups = row_groups(x)
+    a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
+    n = x.shape[-1]
+    if a * b == 0:
+        return None, a, b, n
+    return plan(op, a, b, n, x.element_size(), _target(x.get_device())[1].num_sms), a, b, n
+
+
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     """forward() on the experimental row-tile kernels (mode "rows"), or None when its rows are
     too long for them (the caller runs the core plan)."""
     from cutile_rms.experimental.rows import launch as RL
 
-    groups = row_groups(x)
-    a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
-    n = x.shape[-1]
-    _, info = _target(x.get_device())
-    p = RL.plan("forward", a, b, n, x.element_size(), info.num_sms) if a * b else None
+    p, a, b, n = _rows_plan("forward", x)
     if p is None and a * b:
         return None
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -218,21 +227,17 @@ def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
     """backward() on the experimental row-tile kernels, or None when its rows are too long."""
     from cutile_rms.experimental.rows import launch as RL
 
-    groups = row_groups(x)
-    a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
-    n = x.shape[-1]
-    _, info = _target(x.get_device())
-    p = RL.plan("backward", a, b, n, x.element_size(), info.num_sms) if a * b else None
+    p, a, b, n = _rows_plan("backward", x)
     if p is None and a * b:
         return None
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
     if a * b == 0:
         if dw is not None:
-            dw.zero_()
+            dw.zero_()  # the sum over no rows
         return dx, dw
 
-    def empty_f32(shape):
+    def empty_f32(shape):  # the dW partials
         return x.new_empty(shape, dtype=torch.float32)
 
     r = rstd.detach()
