@@ -38,20 +38,21 @@ def _sync(dev):
 # Custom ops and torch.compile
 
 
+@pytest.mark.parametrize("mode", [None, "rows"])
 @pytest.mark.parametrize("has_weight", [True, False], ids=["w", "no-w"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_opcheck(dev, dtype, has_weight, gen):
+def test_opcheck(dev, dtype, has_weight, mode, gen):
     """torch.library.opcheck: schema, fake (meta) implementations against the real ones,
-    autograd registration, and AOT dispatch with dynamic shapes."""
+    autograd registration, and AOT dispatch with dynamic shapes; both kernel families."""
     x, dy, w = make_inputs((3, 5, 96), dtype, dev, has_weight=has_weight, generator=gen)
-    fwd_args = (x, w, 1e-6, 0.0, 0, None)
+    fwd_args = (x, w, 1e-6, 0.0, 0, mode)
     torch.library.opcheck(OPS.rms_norm_fwd.default, fwd_args)
     torch.library.opcheck(OPS.rms_norm_infer.default, fwd_args)
     xg = x.clone().requires_grad_()
     wg = None if w is None else w.clone().requires_grad_()
-    torch.library.opcheck(OPS.rms_norm_fwd.default, (xg, wg, 1e-6, 0.0, 0, None))
+    torch.library.opcheck(OPS.rms_norm_fwd.default, (xg, wg, 1e-6, 0.0, 0, mode))
     _, rstd = OPS.rms_norm_fwd(*fwd_args)
-    torch.library.opcheck(OPS.rms_norm_bwd.default, (x, dy, w, rstd, 0.0, 0))
+    torch.library.opcheck(OPS.rms_norm_bwd.default, (x, dy, w, rstd, 0.0, 0, mode))
 
 
 def test_ops_refuse_cpu_tensors_outside_interpret_mode():
