@@ -59,6 +59,20 @@ def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
 
 
 @ct.function
+def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL):
+    """(1, 1, W) offset + w of each piece (an absent piece gets piece 0's, never used); with
+    CHECK_N only the last piece can overhang N."""
+    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and W1 == 0)
+    w1 = w0
+    w2 = w0
+    if W1 > 0:
+        w1 = _weight(w, W0 // W1, offset, W1, HAS_WEIGHT, CHECK_N and W2 == 0)
+    if W2 > 0:
+        w2 = _weight(w, (W0 + W1) // W2, offset, W2, HAS_WEIGHT, CHECK_N)
+    return w0, w1, w2
+
+
+@ct.function
 def _sum_sq(t):
     f = ct.astype(t, ct.float32)
     return ct.sum(f * f, axis=2, keepdims=True)
@@ -82,11 +96,7 @@ def rows_fwd(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C
     last1 = W1 > 0 and W2 == 0
     j1 = W0 // max(W1, 1)
     j2 = (W0 + W1) // max(W2, 1)
-    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and last0)
-    if W1 > 0:
-        w1 = _weight(w, j1, offset, W1, HAS_WEIGHT, CHECK_N and last1)
-    if W2 > 0:
-        w2 = _weight(w, j2, offset, W2, HAS_WEIGHT, CHECK_N)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
         x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, CHECK_A or (CHECK_N and last0), TMA)
@@ -146,13 +156,11 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
     last1 = W1 > 0 and W2 == 0
     j1 = W0 // max(W1, 1)
     j2 = (W0 + W1) // max(W2, 1)
-    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and last0)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
     a0 = ct.zeros((1, 1, W0), dtype=ct.float32)
     if W1 > 0:
-        w1 = _weight(w, j1, offset, W1, HAS_WEIGHT, CHECK_N and last1)
         a1 = ct.zeros((1, 1, W1), dtype=ct.float32)
     if W2 > 0:
-        w2 = _weight(w, j2, offset, W2, HAS_WEIGHT, CHECK_N)
         a2 = ct.zeros((1, 1, W2), dtype=ct.float32)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
