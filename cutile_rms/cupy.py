@@ -20,6 +20,7 @@ import numpy as np
 from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
+from cutile_rms.rows import launch as RL
 
 __all__ = ["rms_norm", "rms_norm_backward"]
 
@@ -106,13 +107,26 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         m = x2.shape[0]
         y = xp.empty((m, n), dtype=x.dtype)
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
-        if m:
+        rows = _rows_plan(mode, m, n, x.itemsize, target.info)
+        if rows is not None:
+            r2 = None if rstd is None else rstd.reshape(m, 1)
+            RL.run_forward(rows, x2.reshape(m, 1, n), _unit(xp, weight), y.reshape(m, 1, n), r2, float(eps),
+                           float(offset), casting, target.info, target.stream)  # fmt: skip
+        elif m:
             run_forward(
-                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, mode, target.info, target.stream,
-                int64=_int64(xp),
+                x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, None if mode == "rows" else mode,
+                target.info, target.stream, int64=_int64(xp),
             )  # fmt: skip
     y = y.reshape(x.shape)
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
+
+
+def _rows_plan(mode, m, n, itemsize, info):
+    """The row-tile forward's plan for m rows of n (mode None or "rows", as in the torch API),
+    or None: the core plan runs."""
+    if m == 0 or mode not in (None, "rows"):
+        return None
+    return RL.plan("forward", m, 1, n, itemsize, info.num_sms)
 
 
 def _int64(xp):

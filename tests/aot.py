@@ -326,7 +326,7 @@ def _rows_arrays(x, w, b_one: bool, names) -> dict:
 
 
 def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=True):
-    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.rows import launch as RL
 
     kernel, names = RL.KERNELS[op]
     if op == "forward":
@@ -342,7 +342,7 @@ def _rows_jobs(add):
     """The experimental row-tile kernels: the plan of every ROWS_N (bf16 and fp32, 2-D inputs),
     with the training flags; every flag value pairwise at one plan; a head view (B > 1); and
     each kernel once for unaligned rows."""
-    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rows.plan import plan
 
     for x, es in (("bfloat16", 2), ("float32", 4)):
         for n in ROWS_N:

@@ -1,5 +1,5 @@
-"""The experimental row-tile kernels (cutile_rms.experimental.rows), on the GPU and through the
-interpreter: every output (y, rstd, dx, dw) against float64, NaN-poisoned before the launch, on
+"""The row-tile kernels (cutile_rms.rows: the default forward, the experimental backward), on
+the GPU and through the interpreter: every output (y, rstd, dx, dw) against float64, NaN-poisoned before the launch, on
 odd row counts, row lengths that take two or three pieces or overhang their pieces, short rows
 many to a tile, and head views of a fused QKV projection read in place."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from cutile_rms import interpret, rms_norm, rms_norm_forward
-from cutile_rms.experimental.rows import kernels as K
-from cutile_rms.experimental.rows import launch as RL
-from cutile_rms.experimental.rows.plan import MAX_ROW_ELEMS, pieces, plan
+from cutile_rms.rows import kernels as K
+from cutile_rms.rows import launch as RL
+from cutile_rms.rows.plan import MAX_ROW_ELEMS, pieces, plan
 from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
@@ -38,26 +38,57 @@ def test_pieces():
 
 
 def test_plan_rules():
-    """Tiles from bytes, warps from the tile, the occupancy from bytes in flight, the grid from
-    the op; nothing depends on the number of rows but the grid and the row check."""
-    p = plan("forward", 16384, 1, 4096, 2, SMS)
-    assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 8, 2, 8192)
+    """Tiles from bytes, warps from the tile, the occupancy from registers and bytes in flight,
+    the grid from the op and the tile; nothing depends on the number of rows but the grid and
+    the row check."""
+    p = plan("forward", 16384, 1, 4096, 2, SMS)  # two rows of 4096 per 16 KB tile, a block per tile
+    assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 4, 4, 8192)
     assert not p.check_a and not p.check_n
     q = plan("forward", 524288, 1, 128, 2, SMS)  # QK-norm: 64 rows of 128 per 16 KB tile
-    assert (q.tile_a, q.widths, q.warps) == (64, (128, 0, 0), 8)
+    assert (q.tile_a, q.widths, q.warps, q.grid) == (64, (128, 0, 0), 4, 8192)
     h = plan("forward", 4096, 28, 128, 2, SMS)  # 28 heads: tiles of 4 heads (the largest power of two in 28)
     assert (h.tile_a, h.tile_b, h.grid) == (16, 4, 256 * 7)
-    g = plan("forward", 12483, 1, 5376, 2, SMS)
+    g = plan("forward", 12483, 1, 5376, 2, SMS)  # one 16-bit row per tile: a persistent grid that fills the SMs
     assert g.widths == (4096, 1024, 256) and g.check_a is False and g.tile_a == 1
-    assert plan("forward", 2049, 1, 3000, 2, SMS).check_n and plan("forward", 2049, 1, 3000, 2, SMS).check_a
+    assert (g.warps, g.occupancy, g.grid) == (4, 4, 4 * SMS)
+    e = plan("forward", 8192, 1, 8192, 2, SMS)  # 3 blocks of 156 registers fit an SM; the hint is a power of two
+    assert (e.warps, e.occupancy, e.grid) == (4, 2, 3 * SMS)
+    f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
+    assert f32.grid == 12483 and f32.tile_a == 1
+    big = plan("forward", 2048, 1, 18432, 2, SMS)
+    assert (big.widths, big.warps, big.occupancy, big.grid) == ((16384, 2048, 0), 8, 1, SMS)
+    assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
+    assert plan("forward", 2049, 1, 3000, 2, SMS) is None  # 16-bit, not a multiple of 16: the core kernels
+    assert plan("forward", 2049, 1, 3000, 2, SMS, any_length=True).check_n
     b = plan("backward", 524288, 1, 128, 2, SMS)  # persistent: dW partials of grid x N
     assert b.grid == SMS * b.occupancy and b.tile_a == 32
-    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 1, 2, SMS) is None
+    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 2, SMS) is None
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 6144, 2, SMS)
-        assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 8, 2)
+        assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
 
+
+def test_plan_registers_within_the_compiled_need():
+    """Every forward plan's hint leaves its tile the registers that the compiled candidates
+    needed without spilling (bench/probes/rows_candidates.json: the highest spill-free hint per
+    tile): the rule never asks for more blocks per SM than compiled clean."""
+    import json
+    from pathlib import Path
+
+    cands = json.loads((Path(__file__).parents[1] / "bench/probes/rows_candidates.json").read_text())
+    best = {}
+    for c in cands:
+        if c["op"] == "forward" and c["max_pieces"] == 3:
+            key = (c["dtype"], c["n"], c["tile_rows"], c["warps"])
+            best[key] = max(best.get(key, 0), c["occupancy"])
+    checked = 0
+    for (dtype, n, rows, warps), top in best.items():
+        p = plan("forward", 4096, 1, n, 2 if dtype == "bfloat16" else 4, SMS, tile_rows=rows, any_length=True)
+        if p.warps == warps:  # the tiles the rules can choose, with the rules' warps
+            assert p.occupancy <= top, (dtype, n, rows, warps, p.occupancy, top)
+            checked += 1
+    assert checked >= 50
 
 def test_row_groups():
     qkv = torch.empty(2, 3, 3 * 8 * 16)
@@ -93,9 +124,9 @@ def _poisoned_run(x, dy, w, casting_mode, offset):
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
 
     def run(device, stream):
-        fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms)
+        fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True)
         RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, code, device, stream)
-        bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms)
+        bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True)
         if bp is not None:
             part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
             RL.run_backward(bp, rows3(x, a, b), rows3(dy, a, b), w, rstd.view(a, b), dx.view(a, b, n), dw, offset,

@@ -1,4 +1,4 @@
-"""Candidate plans of the row-tile kernels (cutile_rms.experimental.rows) around the rules'
+"""Candidate plans of the row-tile kernels (cutile_rms.rows) around the rules'
 choice, compiled on the CPU with the constraints the JIT derives at launch and kept where they
 do not spill registers: rows_candidates.json, the GPU probe's input (rows_probe.py).
 
@@ -23,7 +23,7 @@ OUT = os.path.join(os.path.dirname(__file__), "rows_candidates.json")
 def space(op, dtype, m, n):
     """The rules' plan, and plans with 2-4x fewer or more rows per tile, 4 or 8 warps, every
     occupancy hint; forward also one padded tile per row (where n takes several pieces)."""
-    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rows.plan import plan
 
     es = DTYPES[dtype]
     base = plan(op, m, 1, n, es, SMS)
@@ -41,7 +41,7 @@ def space(op, dtype, m, n):
 
 
 def plan_of(c, persistent=None):
-    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rows.plan import plan
 
     return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c["tile_rows"], warps=c["warps"],
                 occupancy=c["occupancy"], persistent=persistent, max_pieces=c["max_pieces"])  # fmt: skip
@@ -52,7 +52,7 @@ def params(c):
     import cuda.tile as ct
 
     from bench.probes.sass import F32, array
-    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.rows import launch as RL
     from cutile_rms.rmsnorm import kernels as K
 
     dt = {"bfloat16": ct.bfloat16, "float32": ct.float32}[c["dtype"]]

@@ -1,4 +1,4 @@
-"""GPU probe of the row-tile kernels (cutile_rms.experimental.rows): every candidate plan of
+"""GPU probe of the row-tile kernels (cutile_rms.rows): every candidate plan of
 rows_candidates.json (the rules' choice and the plans around it that compiled without spills),
 forward on one block per row tile and on a persistent grid, backward persistent, beside the
 shipped core plans, Liger and the copy ceiling of the same run. Graph replay over rotated inputs
@@ -50,7 +50,7 @@ def _plan(c, persistent=None):
 def forward_call(torch, c, x, w, y, rstd, persistent):
     """One forward launch of candidate c on (m, n) tensors, as a closure."""
     from cutile_rms._device import device_info
-    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.rows import launch as RL
 
     p = _plan(c, persistent)
     m, n = x.shape
@@ -62,7 +62,7 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
 
 def backward_call(torch, c, x, dy, w, rstd, dx, dw):
     from cutile_rms._device import device_info
-    from cutile_rms.experimental.rows import launch as RL
+    from cutile_rms.rows import launch as RL
 
     p = _plan(c)
     m, n = x.shape
@@ -152,8 +152,8 @@ def print_signatures(torch):
     from cuda.tile.compilation import CallingConvention, KernelSignature
 
     from bench.probes.sass import array
-    from cutile_rms.experimental.rows import launch as RL
-    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rows import launch as RL
+    from cutile_rms.rows.plan import plan
 
     x = torch.empty((16384, 1, 4096), device="cuda", dtype=torch.bfloat16)
     p = plan("forward", 16384, 1, 4096, 2, 132)

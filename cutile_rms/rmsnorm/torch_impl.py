@@ -196,7 +196,7 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
 def _rows_plan(op: str, x: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows means rows too long for them: the core kernels run."""
-    from cutile_rms.experimental.rows.plan import plan
+    from cutile_rms.rows.plan import plan
 
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
@@ -207,9 +207,9 @@ def _rows_plan(op: str, x: torch.Tensor):
 
 
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
-    """forward() on the experimental row-tile kernels (mode "rows"), or None when its rows are
-    too long for them (the caller runs the core plan)."""
-    from cutile_rms.experimental.rows import launch as RL
+    """forward() on the row-tile kernels, or None when their rules leave x's rows to the core
+    plan (cutile_rms.rows.plan: rows too long, or 16-bit rows not a multiple of 16 long)."""
+    from cutile_rms.rows import launch as RL
 
     p, a, b, n = _rows_plan("forward", x)
     if p is None and a * b:
@@ -224,8 +224,9 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
 
 
 def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
-    """backward() on the experimental row-tile kernels, or None when its rows are too long."""
-    from cutile_rms.experimental.rows import launch as RL
+    """backward() on the experimental row-tile kernels (mode "rows"), or None when their rules
+    leave x's rows to the core plan."""
+    from cutile_rms.rows import launch as RL
 
     p, a, b, n = _rows_plan("backward", x)
     if p is None and a * b:
@@ -250,9 +251,10 @@ def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
 
 def forward(x, weight, eps, offset, casting, mode, store_rstd):
     """Allocates and computes ``(y, rstd)``; y is contiguous with x's shape and dtype, rstd is
-    fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False. mode "rows" runs the
-    experimental row-tile kernels where they plan the row length, the core plan elsewhere."""
-    if mode == "rows":
+    fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False. mode None or "rows" runs
+    the row-tile forward where its rules plan the row (cutile_rms.rows.plan), the core plan
+    elsewhere; "persistent" and "gather" force a core kernel."""
+    if mode is None or mode == "rows":
         done = _rows_forward(x, weight, eps, offset, casting, store_rstd)
         if done is not None:
             return done

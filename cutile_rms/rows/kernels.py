@@ -1,4 +1,5 @@
-"""Row-tile RMSNorm kernels (experimental).
+"""Row-tile RMSNorm kernels: the forward is the core forward (see plan.py for when it runs);
+the backward is experimental (``@experimental_kernel``: ``mode="rows"`` runs it).
 
     rstd = 1 / sqrt(mean(x^2) + eps),  xhat = x * rstd,  y = xhat * (offset + w)
     wdy = (offset + w) * dy,  c = mean(wdy * xhat),  dx = rstd * (wdy - xhat * c),  dw = sum dy * xhat
@@ -13,8 +14,8 @@ grids: a grid of one block per row tile (each block runs the loop once) and a pe
 A row of N elements is held as up to three pieces W0 >= W1 >= W2 (powers of two; W1, W2 = 0
 when absent), at column tiles 0, W0 / W1 and (W0 + W1) / W2: 5376 = 4096 + 1024 + 256 pads no
 lane where one 8192-wide tile pads 34%. Loads are plain (TMA=False: straight to registers, 128
-bits wide when N is a multiple of 8 and the rows are 16-byte aligned; bench/NOTES.md, session
-11) or may go through TMA (TMA=True). Bounds are checked only where a tile can overhang:
+bits wide when N is a multiple of 16 (what the JIT proves) and the rows are 16-byte aligned;
+bench/NOTES.md, sessions 11-12) or may go through TMA (TMA=True). Bounds are checked only where a tile can overhang:
 CHECK_A (TILE_A does not divide A) and CHECK_N (the pieces cover more than N: only the last
 piece can overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped.
 
@@ -84,7 +85,6 @@ def _tile(t, tiles_b):
     return t // tiles_b, t % tiles_b
 
 
-@experimental_kernel
 @ct.kernel
 def rows_fwd(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
              CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
