@@ -5,8 +5,8 @@ import cuda.tile as ct
 import pytest
 
 from cutile_rms.experimental.fused_add import kernels as FK
-from cutile_rms.rows import kernels as RK
 from cutile_rms.rmsnorm import kernels as K
+from cutile_rms.rows import kernels as RK
 from tests.aot import compile_all, jobs
 
 

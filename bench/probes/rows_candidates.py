@@ -52,8 +52,8 @@ def params(c):
     import cuda.tile as ct
 
     from bench.probes.sass import F32, array
-    from cutile_rms.rows import launch as RL
     from cutile_rms.rmsnorm import kernels as K
+    from cutile_rms.rows import launch as RL
 
     dt = {"bfloat16": ct.bfloat16, "float32": ct.float32}[c["dtype"]]
     m, n = c["m"], c["n"]

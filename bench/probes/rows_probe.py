@@ -6,6 +6,7 @@ shipped core plans, Liger and the copy ceiling of the same run. Graph replay ove
 one line per shape (best of each provider).
 
     python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
+    ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then
@@ -262,7 +263,7 @@ def main():
 
     from bench import timing as Tm
 
-    with open(os.path.join(HERE, "rows_candidates.json")) as f:
+    with open(os.environ.get("ROWS_CANDIDATES") or os.path.join(HERE, "rows_candidates.json")) as f:
         cands = json.load(f)
     log("GPU", torch.cuda.get_device_name(), "cands", len(cands))
     print_signatures(torch)

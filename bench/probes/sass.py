@@ -87,9 +87,9 @@ def _aot_array(dtype, shape):
 def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
     """(label, kernel, params, hints) of a row-tile kernel (cutile_rms.rows) for an
     (m, b, n) input, planned by its rules (overrides: plan keywords), training flags."""
+    from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import plan
-    from cutile_rms.rmsnorm import kernels as K
 
     p = plan(op, m, b, n, ES[dt], 132, **overrides)
     rows = array(dt, (m, b, n), strides)

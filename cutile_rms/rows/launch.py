@@ -10,11 +10,11 @@ against the kernels' own parameters.
 """
 
 from cutile_rms._launch import launch
-from cutile_rms.rows import kernels as K
-from cutile_rms.rows.plan import RowsPlan, plan
 from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants
+from cutile_rms.rows import kernels as K
+from cutile_rms.rows.plan import RowsPlan, plan
 
 __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "arguments", "backward_values", "forward_values", "plan",
            "run_backward", "run_forward"]  # fmt: skip

@@ -3,45 +3,53 @@ a grid and compiler hints. Pure Python, no GPU; ``plan(...)`` shows a reader the
 
     rows = plan("forward", a=16384, b=1, n=5376, elem_size=2, num_sms=132)
 
-The forward's constants come from the H200 probe of session 12 (``python -m bench.probes.rows_probe``:
-525 spill-free candidate plans around the rules, each timed by graph replay beside the copy
-ceiling; bench/results/h200/ab/s12-rows-probe-0c1a727.csv, bench/NOTES.md). The backward's are
-still the first choices read from the SASS (session 11); its kernel stays experimental.
+The forward's constants come from two H200 probes of session 12 (``python -m bench.probes.rows_probe``:
+the 525 spill-free candidates of rows_candidates.json, then 204 more around the lengths the
+first rules got wrong; each timed by graph replay beside the copy ceiling of the same run;
+bench/results/h200/ab/s12*-rows-probe-*.csv, bench/NOTES.md). The backward's are still the
+first choices read from the SASS (session 11); its kernel stays experimental.
 
+- which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
+  warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
+  JIT proves a row length divisible by 16 elements or by nothing, and a row it cannot prove
+  loads 2 bytes at a time (probe: bf16 22369 x 3000 at 113-141 us, 46-57% of the copy ceiling,
+  where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%). 16-bit rows shorter than
+  MIN_PIECE_BYTES must be a power of two (bf16 96, 160, 192 as pieces or padded: 77-130 us
+  against the core's 81), and a power-of-two row that leaves one block per SM (16384) runs
+  on the core's TMA tile (bf16 4096 x 16384: 71.9 us there, 85-105 on any row tile). Other
+  rows get no plan (None): the caller runs the core kernels.
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
-  first, with the least padding (5376 = 4096 + 1024 + 256; 2880 -> 2048 + 1024, 192 lanes
-  padded); padded lanes cost registers and issue slots, never bytes.
-- which rows: at most MAX_ROW_ELEMS[op] elements (pieces included; longer rows spill at any
-  hint with 8 warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of
-  VECTOR_ELEMS: the JIT proves a row length divisible by 16 elements or by nothing, and a row
-  it cannot prove loads 2 bytes at a time (probe: bf16 22369 x 3000 at 113-141 us, 46-57% of
-  the copy ceiling, where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%). Other rows
-  get no plan (None): the caller runs the core kernels (TMA tiles, which need no divisibility).
-- rows per tile: as many rows as fit TILE_BYTES of x (16 KB forward; 8 KB backward, which also
-  holds dy), a power of two, at most MAX_TILE_ROWS. Probe, bf16: 16 KB tiles were the fastest or
-  within 1% at every N from 128 to 8192 (64 x 128, 32 x 256, 4 x 2048, 2 x 4096, 2 x 8192 at
-  94-97% of the copy ceiling); 8 KB tiles of one 4096 row lost 25% on one block per tile.
-- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements. Probe: 4 warps won at every
-  forward tile of up to 8192 elements (6144: 52.9 us with 4 warps, 61.2 with 8); rows of 12288
-  and more hold 96+ elements per thread with 4 warps and run best with 8.
-- registers: a tile needs REG_BASE[op] + REG_PER_ELEM[op] registers per element of one row a
-  thread holds, plus REG_PER_TILE_ELEM[op] per element of the tile's other rows, read off the
-  compiled kernels (bench/probes/rows_candidates.json: every forward tile whose hint cap was at
-  least 28 + 2 per row element + 0.5 per other element compiled without spilling, e.g. one 6144
-  row with 4 warps at a 128-register cap, 2 x 4096 at 128, 64 x 128 at 64: the compiler works a
-  multi-row tile row by row; the backward, which also holds dy and the dW sums, needs about
-  48 + 4 per element of the tile). The blocks an SM holds, ``resident``, follow: at most 8, at most 2048
-  threads, at most 65536 registers.
-- occupancy hint: the largest power of two up to ``resident`` and up to the blocks that keep
-  IN_FLIGHT_BYTES of tiles per SM, so its register cap never falls under the need, and at most
-  MAX_HINT: hints of 8 spilled on 8 KB tiles that compiled clean at 4 (16 x 256 and 4 x 1024
-  bf16 with 4 warps: a 64-register cap), and where 8 compiled the probe timed it level with 4.
-- grid: one block per row tile, except a persistent grid of SMs x resident blocks (weight loaded
-  once per block) for the backward and for one-row forward tiles of 2-byte elements. Probe,
-  bf16 one-row tiles, persistent vs one block per tile: 4096 71.2 vs 86.2 us, 5376 75.9 vs
-  84.4, 16384 86.3 vs 104.8, 18432 51.0 vs 57.8, 6144 and 12288 level; fp32 one-row tiles ran
-  3-10% faster on one block per tile at every N tried (4096-18432). A persistent grid must fill
-  the SMs: at a grid of SMs x 1 the same tiles ran 1.5-3x slower (bf16 2048: 200 vs 70 us).
+  first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
+  thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
+  2048. Padded lanes cost registers and issue slots, never bytes. Narrow pieces cost more: bf16
+  3584 as 2048 + 1024 + 512 ran 76-77 us, as one 4096 tile 70; 1536 as 1024 + 512 78-79, as 2048
+  68.6.
+- rows per tile: a row of one piece: as many rows as fit TILE_BYTES of x (16 KB forward; 8 KB
+  backward, which also holds dy), a power of two, at most MAX_TILE_ROWS (bf16: 16 KB tiles were
+  the fastest or within 1% from 128 to 8192, 94-97% of the copy ceiling). A row of several
+  pieces (2 KB or longer): one row per tile (bf16 3072: 66.7 us one row per tile, 78.8 two;
+  5376, 6144, 12288 likewise).
+- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (4 won at every forward tile of
+  up to 8192 elements: 6144 52.9 us with 4, 61.2 with 8; 12288 and longer rows run best on 8).
+- registers: a thread of the tile needs base + per_row x (elements of one row it holds) +
+  per_other x (elements of the tile's other rows) registers (REGISTERS, by op and element
+  size): the line under which bench/probes/rows_candidates.json's compiled tiles stopped
+  spilling (e.g. bf16: one 6144 row with 4 warps compiled clean at a 128-register cap, one 8192
+  row only at 256; 8 x 1024 at 64, 4 x 2048 only at 128; fp32 needs more per element).
+  ``resident``: the blocks an SM then holds (at most 8 blocks, 2048 threads, 65536 registers).
+- occupancy hint: the largest power of two up to ``resident``, so its register cap never falls
+  under the need; forward tiles whose rows fit one warp's 16-byte vectors (512 B: a row reduced
+  by shuffles, no block barrier) at most WARP_LOCAL_HINT. Probe, bf16: rows reduced across
+  warps need the blocks (16 x 512, 8 x 1024: 69.6 us at 8 blocks, 78.3 at 4); rows within a warp
+  do not (64 x 128: 67.4 at 4, 69.9 at 8). Backward: also at most the blocks that keep
+  IN_FLIGHT_BYTES of x and dy tiles per SM.
+- grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
+  loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
+  or more that take several pieces or one block per SM. Probe, bf16, persistent vs a block per
+  tile: 5376 75.9 vs 84.4 us, 7168 74.5 vs 88.3, 14336 74.2 vs 91.6, 18432 51.0 vs 57.8; but
+  8192 (one piece, 3 blocks per SM) 79.2 vs 70.1, 3072 (6 KB) 72.2 vs 66.7; fp32 one-row tiles
+  ran 3-10% faster on a block per tile at every N tried. A persistent grid must fill the SMs:
+  at SMs x 1 blocks the same tiles ran 1.5-3x slower (bf16 2048: 200 vs 70 us).
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
@@ -61,14 +69,17 @@ TILE_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
 MAX_TILE_ROWS = 256
 WIDE_TILE = {"forward": 8192, "backward": 4095}
 IN_FLIGHT_BYTES = 64 * 1024
-REG_BASE = {"forward": 28, "backward": 48}
-REG_PER_ELEM = {"forward": 2, "backward": 4}
-REG_PER_TILE_ELEM = {"forward": 0.5, "backward": 4}
+# Registers a tile needs: (base, per element of one row, per element of the tile's other rows),
+# per thread; the forward's by element size (what compiled without spilling, see above).
+REGISTERS = {("forward", 2): (20, 1.75, 0.4), ("forward", 4): (20, 2.0, 1.4), ("backward", 2): (48, 4, 4),
+             ("backward", 4): (48, 4, 4)}  # fmt: skip
 VECTOR_ELEMS = 16
+MIN_PIECE_BYTES = 2048
+WARP_ROW_BYTES = 32 * 16
+WARP_LOCAL_HINT = 4
 MAX_BLOCKS_PER_SM = 8
-MAX_HINT = 4
 REGISTERS_PER_SM = 65536
-MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}
+MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
 
@@ -77,13 +88,14 @@ def _prev_pow2(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def pieces(n: int, max_pieces: int = MAX_PIECES) -> tuple[int, ...]:
-    """Powers of two, largest first, covering n in at most max_pieces with the least padding:
-    n rounded up to a multiple of the smallest granule g (a power of two) whose multiple has at
-    most max_pieces bits set."""
+def pieces(n: int, max_pieces: int = MAX_PIECES, min_piece: int = 1) -> tuple[int, ...]:
+    """Powers of two, largest first, covering n in at most max_pieces with the least padding,
+    none narrower than min_piece unless n itself is: n rounded up to a multiple of the smallest
+    granule g (a power of two, from min(min_piece, the largest power of two <= n)) whose
+    multiple has at most max_pieces bits set."""
     if n < 1:
         raise ValueError(f"a row has at least one element, got {n}")
-    g = 1
+    g = min(_prev_pow2(min_piece), _prev_pow2(n))
     while True:
         c = -(-n // g) * g
         bits = tuple(1 << b for b in range(c.bit_length() - 1, -1, -1) if c >> b & 1)
@@ -119,18 +131,23 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          tma: bool = False, max_pieces: int = MAX_PIECES, any_length: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
-    the rules leave its rows to the core kernels (longer than MAX_ROW_ELEMS[op], or 2-byte rows
-    not a multiple of VECTOR_ELEMS long). The keywords override the rules (probes, tests:
-    max_pieces=1: one padded tile per row; any_length: plan rows of any length up to the
-    longest)."""
+    the rules leave its rows to the core kernels (see the module's docstring). The keywords
+    override the rules (probes, tests: max_pieces=1: one padded tile per row; any_length: plan
+    rows of any length up to the longest)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
-    ps = pieces(n, max_pieces)
-    width = sum(ps)
-    if width > MAX_ROW_ELEMS[op] or (elem_size < 4 and n % VECTOR_ELEMS and not any_length):
+    row_bytes = n * elem_size
+    short = row_bytes < MIN_PIECE_BYTES
+    if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None
+    ps = pieces(n, max_pieces, 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size)
+    width = sum(ps)
+    if width > MAX_ROW_ELEMS[op]:
+        return None
+    if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
+        tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
     tile_a = rows // tile_b
@@ -138,18 +155,21 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     warps = warps or (8 if elems > WIDE_TILE[op] else 4)
     threads = 32 * warps
     row_elems = width / threads  # a row's elements per thread; a tile of more rows adds fewer per element
-    need = int(REG_BASE[op] + REG_PER_ELEM[op] * row_elems + REG_PER_TILE_ELEM[op] * (elems / threads - row_elems))
-    resident = max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, REGISTERS_PER_SM // (threads * need)))
+    base, per_row, per_other = REGISTERS[op, min(elem_size, 4)]
+    need = base + per_row * row_elems + per_other * (elems / threads - row_elems)
+    resident = max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
     if occupancy is None:
-        in_flight = IN_FLIGHT_BYTES // (elems * elem_size * (2 if op == "backward" else 1))  # bwd: x and dy
-        occupancy = _prev_pow2(max(1, min(MAX_HINT, resident, in_flight)))
-    else:
-        resident = occupancy  # an override: the grid follows the hint
+        if op == "forward":
+            warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
+            occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
+        else:
+            occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * elems * elem_size))))  # x and dy
+    if op == "forward" and resident == 1 and len(ps) == 1 and not any_length:
+        return None  # a power-of-two row that leaves one block per SM: the core's TMA tile pads nothing
     tiles = -(-a // tile_a) * (b // tile_b)
     if persistent is None:
-        persistent = op == "backward" or (rows == 1 and elem_size == 2)
-    if op == "backward":
-        resident = occupancy  # the dW partials are grid x N: the backward keeps its grid to the hint
-    grid = min(tiles, num_sms * resident) if persistent else tiles
+        one_row = rows == 1 and elem_size == 2 and 2 * row_bytes >= TILE_BYTES[op]
+        persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1))
+    grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, tma)
