@@ -162,8 +162,9 @@ def tune(shapes, dtype=torch.bfloat16, device=None, *, ops=OPS, save=True, made_
     every later plan on a GPU of the same model reads. Returns the list of
     :class:`cutile_rms.rmsnorm.autotune.Result`.
 
-    One search covers the row bucket of n (n rounded up to a power of two; a row length that
-    is not a power of two gets an entry of its own, used only for that length) for the dtype's
+    One search covers the row bucket of n (n rounded up to a power of two; the winner is
+    recorded for the bucket, so a search at a length that is not a power of two refines every
+    length of its bucket: tables hold no exact lengths) for the dtype's
     element size, and one of two row classes: m <= config.FEW_ROWS (decode-sized problems) or
     more (take an m whose input is beyond the L2 cache, as in training).
     """

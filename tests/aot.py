@@ -301,9 +301,10 @@ def _unaligned_jobs(add):
         _ALIGNED[0] = True
 
 
-# Row lengths whose row-tile plans the compile check covers: every power of two the kernels plan
-# (one piece), and lengths of two and three pieces and with a padded last piece.
-ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 5376, 6144, 18432, 3000)
+# Row lengths whose row-tile plans the compile check covers: the powers of two the kernels plan
+# (one piece), lengths of two and three pieces, one padded piece in multi-row tiles (1536,
+# 3584), and a padded last piece (fp32 3000).
+ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000)
 
 
 def _rows_arrays(x, w, b_one: bool, names) -> dict:
@@ -339,9 +340,9 @@ def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=T
 
 
 def _rows_jobs(add):
-    """The experimental row-tile kernels: the plan of every ROWS_N (bf16 and fp32, 2-D inputs),
-    with the training flags; every flag value pairwise at one plan; a head view (B > 1); and
-    each kernel once for unaligned rows."""
+    """The row-tile kernels (the default forward, the experimental backward): the plan of every
+    ROWS_N (bf16 and fp32, 2-D inputs), with the training flags; every flag value pairwise at
+    one plan; a head view (B > 1); and each kernel once for unaligned rows."""
     from cutile_rms.rows.plan import plan
 
     for x, es in (("bfloat16", 2), ("float32", 4)):
@@ -362,7 +363,8 @@ def _rows_jobs(add):
     _ALIGNED[0] = False
     try:
         for op in ("forward", "backward"):
-            _rows_job(add, "unaligned", op, plan(op, 4099, 1, 3001, 2, 132), "bfloat16", "bfloat16", b_one=False)
+            p = plan(op, 4099, 1, 3001, 2, 132, any_length=True)  # mode "rows" backward, probes
+            _rows_job(add, "unaligned", op, p, "bfloat16", "bfloat16", b_one=False)
     finally:
         _ALIGNED[0] = True
 

@@ -21,8 +21,11 @@ def _pow2(v):
 def test_default_forward_is_persistent_single_tile_when_row_fits(m, n):
     p = C.plan_forward(m, n, 132)
     assert (p.mode, p.kernel) == ("persistent", "tile")
-    assert p.tile_n >= n and _pow2(p.tile_n) and _pow2(p.tile_m)
-    assert p.tile_n < 2 * max(n, 16)  # the smallest power of two that holds the row
+    assert p.tile_n + p.tail >= n and _pow2(p.tile_n) and _pow2(p.tile_m)
+    if p.tail:  # a row of p + p / 4: two tiles that hold it exactly (Tails)
+        assert p.tile_n + p.tail == n and p.tail == p.tile_n // 4
+    else:
+        assert p.tile_n < 2 * max(n, 16)  # the smallest power of two that holds the row
     assert 1 <= p.grid <= min(-(-m // p.tile_m), 132 * p.occupancy)
     assert p.tile_m * p.tile_n <= C.SHORT_ROW_TILE_ELEMS["forward"] * 2
 
@@ -122,15 +125,10 @@ def test_shipped_sm90_table_covers_every_bucket_and_size():
                 assert (op, es, b) in table, (op, es, b)
                 cfg = C.KernelConfig(*table[op, es, b])  # validates
                 assert cfg.tile_n == b if cfg.kernel in ("tile", "packed") else cfg.tile_n < b
-    for (_, _, n), entry in table.items():  # exact row lengths: a tile (or a tile and a tail) that holds the row
+    for (_, _, n), entry in table.items():  # buckets only, each a tile that holds the row (issue #19)
         cfg = C.KernelConfig(*entry)
-        assert C.table_key(n) == n or C.bucket(n) == n
-        if cfg.tail:
-            assert cfg.tile_n + cfg.tail == n
-        else:
-            assert (
-                cfg.tile_n == C.next_pow2(n) if cfg.kernel in ("tile", "packed", "row") else cfg.tile_n < C.next_pow2(n)
-            )
+        assert C.bucket(n) == n and not cfg.tail
+        assert cfg.tile_n == n if cfg.kernel in ("tile", "packed", "row") else cfg.tile_n < n
     assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
 
 
@@ -194,17 +192,23 @@ def test_packed_backward_plans_on_the_h200():
 
 
 def test_tail_plans_on_the_h200():
-    """Rows of exactly 5120 take the shipped two-tile entries (4096 and a 1024 tail): 16-bit
-    forward and packed backward, and the fp32 forward; any other length, the fp32 backward,
-    and a backward without word views (the tile kernel has no tail) get one tile that holds
-    the row."""
+    """Rows of p + p / 4 elements (5120) get two tiles (4096 and a 1024 tail) at twice their
+    bucket's blocks per SM, by rule (Tails): 16-bit forward and packed backward, and the fp32
+    forward; any other length, the fp32 backward, and a backward without word views (the tile
+    kernel has no tail) get one tile that holds the row, at the bucket's blocks."""
     m = 13107
     f = C.plan_forward(m, 5120, 132, elem_size=2, device_key=H200)
     assert (f.kernel, f.tile_n, f.tail) == ("tile", 4096, 1024)
     b = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200, allow_packed=True)
     assert (b.kernel, b.tile_n, b.tail) == ("packed", 4096, 1024) and b.partial_shape(5120) == (b.partial_rows, 2, 2560)
     t = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200)
-    assert (t.kernel, t.tile_n, t.tail, t.tile_m, t.hints) == ("tile", 8192, 0, b.tile_m, b.hints)
+    bucket = C.KernelConfig(*T.checked_in("sm_90")["backward", 2, 8192])
+    assert (t.kernel, t.tile_n, t.tail, t.tile_m) == ("tile", 8192, 0, b.tile_m)
+    assert b.hints[0] == 2 * bucket.blocks_per_sm and t.hints[0] == bucket.blocks_per_sm
+    assert C.quarter_tail(5120) == 1024 and C.quarter_tail(2560) == 512 and C.quarter_tail(6144) == 0
+    assert C.quarter_tail(4096) == 0 and C.quarter_tail(5) == 1 and C.quarter_tail(3) == 0
+    assert C.fit_to_row(C.tile(1, 16384, 1), 10240, "forward") == C.tile(1, 8192, 1, tail=2048)  # p > 4096: same blocks
+    assert C.fit_to_row(C.tile(2, 8192, 4), 5120, "forward") == C.tile(2, 4096, 8, tail=1024)
     assert C.plan_forward(m, 5120, 132, elem_size=4, device_key=H200).tail == 1024
     assert C.plan_backward(m, 5120, 132, elem_size=4, device_key=H200).tail == 0
     for n, es in ((5000, 2), (5122, 2), (5000, 4)):
@@ -268,7 +272,9 @@ def test_few_row_forward_takes_the_row_kernel():
     assert C.plan_forward(C.FEW_ROWS + 1, 4096, 132, elem_size=2, device_key=H200).kernel == "tile"
     fallback = C.row_fallback(C.row(1, 8192, 8))
     assert fallback == C.tile(1, 8192, 4, 8, tma_store=False)
-    assert C.kernel_config("forward", 5120, 2, H200, m=1) == fallback  # not exactly tile_n wide
+    assert C.kernel_config("forward", 5120, 2, H200, m=1) == dataclasses.replace(  # not exactly tile_n wide
+        fallback, tile_n=4096, tail=1024, blocks_per_sm=8
+    )
     for kw in (dict(mode="persistent"), dict(allow_row=False)):
         p = C.plan_forward(1, 8192, 132, elem_size=2, device_key=H200, **kw)
         assert (p.kernel, p.grid, p.memory) == ("tile", 1, (False, 0))
@@ -335,21 +341,19 @@ def test_device_cache_takes_precedence_and_persists(cache_dir):
     assert {(e["op"], e["bucket"]) for e in doc["entries"]} == {("forward", 4096), ("backward", 512)}
 
 
-def test_exact_row_length_entries_come_first(cache_dir):
-    """A search at a row length that is not a power of two is recorded under that length and
-    used for it alone; other lengths of its bucket keep the bucket's entry."""
-    assert C.table_key(5120) == 5120 and C.table_key(4096) == 4096
-    assert C.table_key(300) == 512 and C.table_key(100_000) == C.LARGEST_BUCKET
-    exact, few = C.tile(2, 8192, 1), C.tile(1, 8192, 4)
-    T.record(H200, "NVIDIA H200", [_entry("forward", 2, 5120, exact), _entry("forward_few", 2, 8192, few)], "test")
+def test_tables_hold_buckets_only(cache_dir):
+    """A table entry for a row length that is not a power of two is rejected (issue #19: an
+    exact-length entry hides how a held-out length is planned); lengths of a bucket take its
+    entry, adapted by rules (5120: two tiles; 6000: the bucket's tile)."""
+    entry = _entry("forward", 2, 5120, C.tile(2, 8192, 1))
+    with pytest.raises(ValueError, match="power of two"):
+        T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
+    T.record(H200, "NVIDIA H200", [_entry("forward", 2, 8192, C.tile(2, 8192, 1))], "test")
     C.clear_plan_caches()
-    p = C.plan_forward(1 << 16, 5120, 132, elem_size=2, device_key=H200)
-    assert (p.tile_m, p.occupancy) == (2, 1)
-    bucket_entry = C.KernelConfig(*T.checked_in("sm_90")["forward", 2, 8192])
-    p = C.plan_forward(1 << 16, 6000, 132, elem_size=2, device_key=H200)
-    assert (p.tile_m, p.occupancy) == (bucket_entry.tile_m, bucket_entry.blocks_per_sm)
-    # Few rows: the few-row entries (bucket) come before the bulk exact-length one.
-    assert C.plan_forward(256, 5120, 132, elem_size=2, device_key=H200).occupancy == 4
+    p = C.plan_forward(1 << 16, 6000, 132, elem_size=2, device_key=H200, mode="persistent")
+    assert (p.tile_m, p.tile_n, p.tail, p.occupancy) == (2, 8192, 0, 1)
+    p = C.plan_forward(1 << 16, 5120, 132, elem_size=2, device_key=H200, mode="persistent")
+    assert (p.tile_m, p.tile_n, p.tail, p.occupancy) == (2, 4096, 1024, 2)
 
 
 def test_memory_knobs_reach_the_plans(cache_dir):

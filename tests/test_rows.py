@@ -61,6 +61,8 @@ def test_plan_rules():
     big = plan("forward", 2048, 1, 18432, 2, SMS)
     assert (big.widths, big.warps, big.occupancy, big.grid) == ((16384, 2048, 0), 8, 1, SMS)
     assert plan("forward", 4096, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
+    assert plan("forward", 4096, 1, 14336, 4, SMS) is None  # fp32: one block per SM, the core pads 1/7
+    assert plan("forward", 4096, 1, 14336, 2, SMS).occupancy == 2  # 16-bit: two blocks per SM, row tiles
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
     assert plan("forward", 2049, 1, 3000, 2, SMS) is None  # 16-bit, not a multiple of 16: the core kernels
     assert plan("forward", 2049, 1, 3000, 2, SMS, any_length=True).check_n
@@ -197,16 +199,18 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [128, 1000, 4096, 5376])
+@pytest.mark.parametrize("n", [128, 3072, 4096, 5376])
 def test_rows_batch_invariance(dtype, n):
-    """A row's output bits do not depend on how many rows share the call."""
+    """A row's output bits do not depend on how many rows share the call: the default forward
+    on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece)."""
+    assert plan("forward", 20000, 1, n, torch.empty((), dtype=dtype).element_size(), SMS) is not None
     g = torch.Generator().manual_seed(n)
     big = torch.randn(20000, n, generator=g).to("cuda", dtype)
     w = (1 + 0.1 * torch.randn(n, generator=g)).to("cuda", dtype)
     with torch.no_grad():
-        full = rms_norm(big, w, EPS, mode="rows")
+        full = rms_norm(big, w, EPS)
         for m in (1, 7, 130, 4099):
-            assert torch.equal(rms_norm(big[:m], w, EPS, mode="rows"), full[:m]), m
+            assert torch.equal(rms_norm(big[:m], w, EPS), full[:m]), m
 
 
 def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
@@ -222,3 +226,24 @@ def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
     assert calls == ["run_forward", "run_backward"]
     ref = x.detach().double() * torch.rsqrt(x.detach().double().pow(2).mean(-1, keepdim=True) + EPS)
     assert ((y.detach().double() - ref).abs().max() < 1e-5).item()
+
+
+def test_default_forward_is_the_row_tile_forward(monkeypatch):
+    """mode None: the row-tile forward where the rules plan the row, the core backward; a row the
+    rules leave (16-bit, not a multiple of 16 long) and a forced core mode run the core forward."""
+    from cutile_rms.rmsnorm import torch_impl
+
+    calls = []
+    for name in ("run_forward", "run_backward"):
+        real = getattr(RL, name)
+        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append("rows_" + name) or real(*a))
+        core = getattr(torch_impl, name)
+        monkeypatch.setattr(torch_impl, name, lambda *a, core=core, name=name, **k: calls.append(name) or core(*a, **k))
+    with interpret.interpreting():
+        x = torch.randn(5, 256, requires_grad=True)
+        rms_norm(x, None, EPS).sum().backward()
+        assert calls == ["rows_run_forward", "run_backward"]
+        calls.clear()
+        rms_norm_forward(torch.randn(3, 40, dtype=torch.bfloat16), None, EPS)
+        rms_norm_forward(torch.randn(3, 256), None, EPS, mode="persistent")
+        assert calls == ["run_forward", "run_forward"]

@@ -58,8 +58,8 @@ LATENCY_TOP_K = 4
 @dataclass(frozen=True)
 class Result:
     """The winner of one search: table op ("forward", "backward" or "backward_dot", with the
-    few-rows suffix when m <= config.FEW_ROWS), the table key (config.table_key: the row
-    bucket, or the exact row length if it is not a power of two),
+    few-rows suffix when m <= config.FEW_ROWS), the table key (the row bucket,
+    config.bucket: tables hold no exact row lengths),
     element size, config, its mean time in us, the M it was timed at, how many candidates
     were timed / failed, and the RUNNERS_UP fastest (config, us) pairs, best first, for a
     second timing by the caller (cutile_rms.tune re-times them by CUDA-graph replay)."""
@@ -192,7 +192,7 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
         lambda cfg: L.forward_kernel(cfg.kernel, cfg.hints, True), args, refine=candidates is None,
     )  # fmt: skip
     cfg, us = _best(times)
-    return Result(C.table_op("forward", m), C.table_key(n), x.dtype.itemsize, cfg, us, m, len(times), failed,
+    return Result(C.table_op("forward", m), C.bucket(n), x.dtype.itemsize, cfg, us, m, len(times), failed,
                   _ranked(times))  # fmt: skip
 
 
@@ -241,9 +241,7 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
             lambda cfg: L.backward_kernel("row_dot", cfg.hints), dot_args,
         )  # fmt: skip
         dot_cfg, dot_us = _best(dot_times)
-        results.append(
-            Result(C.table_op("backward_dot", m), C.table_key(n), elem, dot_cfg, dot_us, m, len(dot_times), f)
-        )
+        results.append(Result(C.table_op("backward_dot", m), C.bucket(n), elem, dot_cfg, dot_us, m, len(dot_times), f))
         t, f2 = _search(
             chunks, stream, lambda cfg: (plan(cfg).partial_rows, plan(cfg).num_chunks),
             lambda cfg: L.backward_kernel("chunked", cfg.hints), chunk_args, refine,
@@ -251,6 +249,6 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
         times.update({cfg: us + dot_us for cfg, us in t.items()})
         failed += f + f2
     cfg, us = _best(times)
-    results.insert(0, Result(C.table_op("backward", m), C.table_key(n), elem, cfg, us, m, len(times), failed,
+    results.insert(0, Result(C.table_op("backward", m), C.bucket(n), elem, cfg, us, m, len(times), failed,
                              _ranked(times)))  # fmt: skip
     return results

@@ -14,8 +14,9 @@ Where the configs come from, in the order a plan looks them up (cutile_rms.rmsno
 A table maps (op, element size, row bucket) to a :class:`KernelConfig`. The row bucket is the
 row length rounded up to a power of two, from 512 up to ``LARGEST_BUCKET``; shorter rows use
 the 512 bucket's kernel with more rows per tile, longer ones the largest bucket's (chunked).
-A table may also hold entries for an exact row length that is not a power of two (a model's
-hidden size, such as 5120, tuned at that length): those are looked up first (table_key).
+Tables hold buckets only, never an exact row length: a length that is not a power of two gets
+its bucket's config adapted by rules (fit_to_row: Tails), so a model's hidden size that no one
+tuned is planned as one that someone did.
 """
 
 import dataclasses
@@ -60,8 +61,16 @@ MAX_SPLIT = 16
 # two (tail < tile_n), held as two tiles of a row tile instead of one tile of next_pow2(n), where
 # 5120-wide rows pad 37% of an 8192-wide tile's lanes. On the H200 (bench/NOTES.md, session 7)
 # 16-bit N = 5120 ran 67 -> 77% of the copy ceiling backward and 89 -> 93-95% forward; three
-# pieces (7168 = 4096 + 2048 + 1024) were slower than one padded tile, so one tail at most. Only
-# table entries for an exact row length carry one (a row of any other length drops it).
+# pieces (7168 = 4096 + 2048 + 1024) were slower than one padded tile, so one tail at most. The
+# rule (fit_to_row): a row of p + p / 4 elements (p a power of two: 1280, 2560, 5120, 10240,
+# ...) takes its bucket's config as a p-wide tile and a p / 4 tail at twice the blocks per SM
+# (the two tiles hold 5/8 of the padded tile's lanes): at 5120 that is the config the session-7
+# search found at that length (16-bit forward 2 x 4096 + 1024 at 2 blocks per SM against the
+# 8192 bucket's 2 x 8192 at 1; packed backward 1 x 4096 + 1024 at 2 against 1 x 8192 at 1).
+# A row of p + p / 2 pads a quarter of one tile only and keeps it (no measurement favoured two).
+# Rows with p above MAX_TAIL_DOUBLING keep their blocks per SM: their bucket's tiles (16384 and
+# wider) are planned at their register limit, and no row that long was measured with a tail.
+MAX_TAIL_DOUBLING = 4096
 TAIL_KERNELS = (("forward", "tile"), ("backward", "packed"))  # (op, kernel) pairs with a TAIL constant
 
 # Row-tile schedules of the "tile" forward (the backward always strides: its dW partials take
@@ -256,12 +265,10 @@ def bucket(n: int) -> int:
     return min(max(SMALLEST_BUCKET, next_pow2(n)), LARGEST_BUCKET)
 
 
-def table_key(n: int) -> int:
-    """The key a tuning search at row length n is recorded under: n itself when it is a
-    bucket-range length that is not a power of two (its own entry: at N = 5120 the 8192
-    bucket's config, tuned at 8192, ran at 81% of the copy ceiling and the one tuned at 5120 at
-    89%, bench/NOTES.md), else its bucket."""
-    return n if SMALLEST_BUCKET < n < LARGEST_BUCKET and n & (n - 1) else bucket(n)
+def quarter_tail(n: int) -> int:
+    """The tail of a row of n = p + p / 4 elements (p a power of two, Tails), else 0."""
+    p = _prev_pow2(n)
+    return p // 4 if p >= 4 and n == p + p // 4 else 0
 
 
 def table_op(op: str, m: int | None) -> str:
@@ -287,9 +294,8 @@ def kernel_config(
     the bucket's default serves. A packed config is kept only with allow_packed (a 16-bit
     backward with an even n whose caller makes word views); otherwise it runs as "tile"."""
     b = bucket(n)
-    keys = dict.fromkeys((table_key(n), b))  # the exact length first, then its bucket
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
-    found = next(filter(None, (tables.lookup(o, elem_size, k, device_key) for o in ops for k in keys)), None)
+    found = next(filter(None, (tables.lookup(o, elem_size, b, device_key) for o in ops)), None)
     cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
     if cfg.kernel == "packed" and not (allow_packed and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
@@ -302,7 +308,8 @@ def kernel_config(
 def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
     """cfg adapted to rows of n elements: rows shorter than the smallest bucket take more rows
     per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row; a tail is kept only
-    for rows of exactly tile_n + tail elements, in a kernel that has one (TAIL_KERNELS); a row
+    for rows of exactly tile_n + tail elements, in a kernel that has one (TAIL_KERNELS), and a
+    row of p + p / 4 elements gets one (Tails: quarter_tail); a row
     config serves rows of exactly tile_n elements (where it loads without bounds checks: checked
     plain loads measured no faster than the tile kernel) and runs row_fallback otherwise."""
     row_n = max(16, next_pow2(n))
@@ -310,6 +317,10 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
         cfg = row_fallback(dataclasses.replace(cfg, tile_n=row_n))
     if cfg.tail and (cfg.tile_n + cfg.tail != n or (op, cfg.kernel) not in TAIL_KERNELS):
         cfg = dataclasses.replace(cfg, tile_n=row_n, tail=0)
+    tail = quarter_tail(n)
+    if tail and not cfg.tail and cfg.tile_n == row_n and (op, cfg.kernel) in TAIL_KERNELS and n >= SMALLEST_BUCKET:
+        blocks = min(OCCUPANCIES[-1], 2 * cfg.blocks_per_sm) if n - tail <= MAX_TAIL_DOUBLING else cfg.blocks_per_sm
+        cfg = dataclasses.replace(cfg, tile_n=n - tail, tail=tail, blocks_per_sm=blocks)
     if cfg.kernel in ("tile", "packed") and n < SMALLEST_BUCKET and op in SHORT_ROW_TILE_ELEMS:
         tile_m = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // row_n))
         return dataclasses.replace(cfg, tile_m=tile_m, tile_n=row_n, tail=0)

@@ -33,7 +33,8 @@ CACHE_DIR = Path(
     os.environ.get("CUTILE_RMS_CACHE_DIR")
     or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cutile_rms")
 )
-# "bucket" is a power of two (the row bucket) or an exact row length (config.table_key).
+# "bucket" is a power of two (the row bucket): an entry for an exact row length is rejected, so
+# that a held-out length is planned as the tuned ones are (config.fit_to_row adapts buckets).
 # Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
 # true), "latency" (null: no hint), "tail" (default 0; config.py, Tails) and "schedule" (default
 # "stride"; config.SCHEDULES). Tables written before the optional ones existed stay valid.
@@ -75,6 +76,8 @@ def parse(doc: dict, source: str) -> dict:
             raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
         if not isinstance(schedule, str) or (schedule != "stride" and not e["op"].startswith("forward")):
             raise ValueError(f"{source}: schedule must be a string, and stride for a backward, got {schedule!r}")
+        if int(e["bucket"]) < 1 or int(e["bucket"]) & (int(e["bucket"]) - 1):
+            raise ValueError(f"{source}: bucket must be a power of two (no exact row lengths), got {e['bucket']!r}")
         if e["kernel"] == "row" and not e["op"].startswith("forward"):
             raise ValueError(f"{source}: the row kernel is a forward, not a {e['op']!r} entry")
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (

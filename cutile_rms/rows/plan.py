@@ -15,9 +15,11 @@ first choices read from the SASS (session 11); its kernel stays experimental.
   loads 2 bytes at a time (probe: bf16 22369 x 3000 at 113-141 us, 46-57% of the copy ceiling,
   where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%). 16-bit rows shorter than
   MIN_PIECE_BYTES must be a power of two (bf16 96, 160, 192 as pieces or padded: 77-130 us
-  against the core's 81), and a power-of-two row that leaves one block per SM (16384) runs
-  on the core's TMA tile (bf16 4096 x 16384: 71.9 us there, 85-105 on any row tile). Other
-  rows get no plan (None): the caller runs the core kernels.
+  against the core's 81), and a row that leaves one block per SM runs on the core's TMA tile
+  unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
+  latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
+  but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
+  no plan (None): the caller runs the core kernels.
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
   first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
   thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
@@ -41,8 +43,11 @@ first choices read from the SASS (session 11); its kernel stays experimental.
   under the need; forward tiles whose rows fit one warp's 16-byte vectors (512 B: a row reduced
   by shuffles, no block barrier) at most WARP_LOCAL_HINT. Probe, bf16: rows reduced across
   warps need the blocks (16 x 512, 8 x 1024: 69.6 us at 8 blocks, 78.3 at 4); rows within a warp
-  do not (64 x 128: 67.4 at 4, 69.9 at 8). Backward: also at most the blocks that keep
-  IN_FLIGHT_BYTES of x and dy tiles per SM.
+  do not (64 x 128: 67.4 at 4, 69.9 at 8). 16-bit tiles of several rows that overhang N (a
+  padded piece) take 8 whatever the line says: 1536 as 4 x 2048 ran 68.6 us at 8 blocks (the
+  line's 4: 79.3), though 4 x 2048 compiles with a few spilled registers there; 3584 as 2 x 4096
+  ran 83.0 at 4 (8 not yet timed; 8 warps x 8 blocks on the same tile: 74.2). Backward: also
+  at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM.
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
   or more that take several pieces or one block per SM. Probe, bf16, persistent vs a block per
@@ -162,10 +167,12 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         if op == "forward":
             warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
             occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
+            if elem_size == 2 and width != n and rows > 1 and not warp_local:
+                occupancy = MAX_BLOCKS_PER_SM  # masked multi-row tiles want every block (see above)
         else:
             occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * elems * elem_size))))  # x and dy
-    if op == "forward" and resident == 1 and len(ps) == 1 and not any_length:
-        return None  # a power-of-two row that leaves one block per SM: the core's TMA tile pads nothing
+    if op == "forward" and resident == 1 and 7 * (1 << (n - 1).bit_length()) <= 8 * n and not any_length:
+        return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
     if persistent is None:
         one_row = rows == 1 and elem_size == 2 and 2 * row_bytes >= TILE_BYTES[op]
