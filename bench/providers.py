@@ -87,7 +87,7 @@ def all_providers(names=None, on_gpu: bool = True) -> list[Provider]:
         Provider("cutile_rms", _cutile(None)),
         Provider("cutile_rms:persistent", _cutile("persistent")),
         Provider("cutile_rms:gather", _cutile("gather")),
-        Provider("cutile_rms:rows", _cutile("rows")),  # the experimental row-tile kernels
+        Provider("cutile_rms:rows", _cutile("rows")),  # the row-tile forward and the experimental backward
         Provider("torch", _torch, native_offset=False),
     ]
     gpu_only = (("torch_compile", lambda: _torch_compile, False), ("liger", _liger, True), ("quack", _quack, False))
