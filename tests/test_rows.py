@@ -55,7 +55,9 @@ def test_plan_rules():
     assert (e.tile_a, e.warps, e.occupancy, e.grid) == (1, 4, 2, 8192)
     c = plan("forward", 21845, 1, 3072, 2, SMS)  # a 6 KB row per tile, 8 blocks of 4 warps per SM
     assert (c.tile_a, c.widths, c.warps, c.occupancy, c.grid) == (1, (2048, 1024, 0), 4, 8, 21845)
-    assert plan("forward", 99, 1, 1536, 2, SMS).widths == (2048, 0, 0)  # not 1024 + 512: a 1 KB piece
+    assert plan("forward", 99, 1, 1536, 2, SMS).widths == (2048, 0, 0)  # a 3 KB row: one piece, 4 rows a tile
+    assert plan("forward", 99, 1, 2560, 2, SMS).widths == (2048, 512, 0)  # 5 KB: two pieces down to 1 KB
+    assert plan("forward", 99, 1, 3584, 2, SMS).widths == (4096, 0, 0)  # not three: a third piece under 2 KB
     f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
     assert f32.grid == 12483 and f32.tile_a == 1
     big = plan("forward", 2048, 1, 18432, 2, SMS)

@@ -23,9 +23,11 @@ first choices read from the SASS (session 11); its kernel stays experimental.
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
   first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
   thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
-  2048. Padded lanes cost registers and issue slots, never bytes. Narrow pieces cost more: bf16
-  3584 as 2048 + 1024 + 512 ran 76-77 us, as one 4096 tile 70; 1536 as 1024 + 512 78-79, as 2048
-  68.6.
+  2048; except that a row of 4 KB or more takes two pieces down to 1 KB where they pad less
+  (2560 = 2048 + 512). Padded lanes cost registers and issue slots, never bytes. Narrow pieces
+  cost more, but a second one less than a third: bf16 3584 as 2048 + 1024 + 512 ran 76-77 us, as
+  one 4096 tile 70; 1536 as 1024 + 512 78-79 (one-row tiles of 3 KB), as 2048 68.6; 2560 as
+  2048 + 512 69.0, as 2048 + 1024 76.0.
 - rows per tile: a row of one piece: as many rows as fit TILE_BYTES of x (16 KB forward; 8 KB
   backward, which also holds dy), a power of two, at most MAX_TILE_ROWS (bf16: 16 KB tiles were
   the fastest or within 1% from 128 to 8192, 94-97% of the copy ceiling). A row of several
@@ -148,6 +150,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None
     ps = pieces(n, max_pieces, 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size)
+    if op == "forward" and row_bytes >= 2 * MIN_PIECE_BYTES and max_pieces >= 2:  # two pieces of 1 KB or more
+        two = pieces(n, 2, MIN_PIECE_BYTES // 2 // elem_size)
+        ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
         return None
