@@ -131,16 +131,20 @@ def _grad_piece(x, dy, ia, ib, j, rstd, wp, TILE_A: C_INT, TILE_B: C_INT, W: C_I
 
 @ct.function
 def _dw(dyf, xhat, x_dtype, ROUND_XHAT: C_BOOL):
-    """(1, 1, W) sum over the tile's rows of dy * xhat, xhat rounded to x's dtype first with
-    ROUND_XHAT (llama and none casting: the derivative of what the forward computed)."""
+    """dy * xhat of the tile's rows, element by element, xhat rounded to x's dtype first with
+    ROUND_XHAT (llama and none casting: the derivative of what the forward computed). The
+    block adds them up in a tile-shaped accumulator and sums its rows once, at the end: no
+    cross-warp reduction (shared memory and a barrier) per row tile."""
     if ROUND_XHAT:
         xhat = ct.astype(ct.astype(xhat, x_dtype), ct.float32)
-    return ct.sum(ct.sum(dyf * xhat, axis=0, keepdims=True), axis=1, keepdims=True)
+    return dyf * xhat
 
 
 @ct.function
 def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
-    ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, W)), check_bounds=CHECK, allow_tma=False)
+    """The sum over a (TILE_A, TILE_B, W) accumulator's rows into row bid of dw_partial."""
+    total = ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True)
+    ct.store(dw_partial, (ct.bid(0), j), ct.reshape(total, (1, W)), check_bounds=CHECK, allow_tma=False)
 
 
 @experimental_kernel
@@ -157,11 +161,11 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
     j1 = W0 // max(W1, 1)
     j2 = (W0 + W1) // max(W2, 1)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
-    a0 = ct.zeros((1, 1, W0), dtype=ct.float32)
+    a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
     if W1 > 0:
-        a1 = ct.zeros((1, 1, W1), dtype=ct.float32)
+        a1 = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
     if W2 > 0:
-        a2 = ct.zeros((1, 1, W2), dtype=ct.float32)
+        a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
         if CHECK_A:

@@ -33,8 +33,10 @@ first choices read from the SASS (session 11); its kernel stays experimental.
   the fastest or within 1% from 128 to 8192, 94-97% of the copy ceiling). A row of several
   pieces (2 KB or longer): one row per tile (bf16 3072: 66.7 us one row per tile, 78.8 two;
   5376, 6144, 12288 likewise).
-- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (4 won at every forward tile of
-  up to 8192 elements: 6144 52.9 us with 4, 61.2 with 8; 12288 and longer rows run best on 8).
+- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (backward: one-row tiles only).
+  Probe 1, bf16: 4 won at every forward tile of up to 8192 elements (6144: 52.9 us with 4, 61.2
+  with 8; 12288 and longer rows run best on 8); backward, 32 x 128 176 us with 4 warps, 209
+  with 8, 16 x 256 249 vs 344, but one 4096 row 125 with 8, 135 with 4.
 - registers: a thread of the tile needs base + per_row x (elements of one row it holds) +
   per_other x (elements of the tile's other rows) registers (REGISTERS, by op and element
   size): the line under which bench/probes/rows_candidates.json's compiled tiles stopped
@@ -162,7 +164,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
     tile_a = rows // tile_b
     elems = rows * width
-    warps = warps or (8 if elems > WIDE_TILE[op] else 4)
+    warps = warps or (8 if elems > WIDE_TILE[op] and (op == "forward" or rows == 1) else 4)
     threads = 32 * warps
     row_elems = width / threads  # a row's elements per thread; a tile of more rows adds fewer per element
     base, per_row, per_other = REGISTERS[op, min(elem_size, 4)]
