@@ -131,7 +131,7 @@ def _rows_plan(mode, m, n, itemsize, info):
 
 def _int64(xp):
     """The launchers' int64 workspace allocator, on the current device (see the torch front
-    end's): zero-filled for the split slots, uninitialized for the claim ticket."""
+    end's): zero-filled for the split slots."""
     return lambda shape, zeroed: (xp.zeros if zeroed else xp.empty)(shape, dtype=np.int64)
 
 

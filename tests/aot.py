@@ -36,7 +36,6 @@ from cutile_rms.rmsnorm import launch as L
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
 ARRAY_DTYPES = {**DTYPES, "int64": ct.int64, "int32": ct.int32}  # the split slots, the packed words
 F32 = ScalarConstraint(ct.float32)
-I32 = ScalarConstraint(ct.int32)  # a Python int argument (the claim kernels' nonce)
 
 
 ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
@@ -112,13 +111,6 @@ def _fwd_row_params(x, w, tile_m, tile_n, casting, store_rstd, check_bounds):
     rstd = [mvec()] if store_rstd else []
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
             w is not None, check_bounds]  # fmt: skip
-
-
-def _fwd_claim_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=0):
-    # The claim kernels: the tile kernels' parameters with the ticket and the nonce after rstd.
-    rstd = [mvec()] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, mvec("int64"), I32, F32, F32, tile_m, tile_n,
-            tail, casting, w is not None, *memory]  # fmt: skip
 
 
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
@@ -198,9 +190,6 @@ def _planned_jobs(add, arch):
                 for splits in SPLIT_COUNTS:
                     params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, True, cfg.memory)
                     add(f"fwd {x} {cfg} split={splits}", kernel, params)
-            elif cfg.schedule == "claim":
-                params = _fwd_claim_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True, cfg.memory, cfg.tail)
-                add(f"fwd {x} {cfg}", L.forward_kernel("claim", cfg.hints, True), params)
             elif cfg.kernel == "row":  # planned only for rows of exactly tile_n (config.fit_to_row)
                 add(f"fwd {x} {cfg}", kernel, _fwd_row_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True,
                                                               cfg.tile_m > 1))  # fmt: skip
@@ -242,8 +231,6 @@ def _flag_jobs(add, x):
         for tail in (0, REP_TAIL):
             add(f"fwd_tile {tag} tail={tail}", L.forward_kernel("tile", f.hints, store),
                 _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=tail))  # fmt: skip
-        add(f"fwd_claim {tag}", L.forward_kernel("claim", f.hints, store),
-            _fwd_claim_params(x, w, f.tile_m, f.tile_n, casting, store))  # fmt: skip
         for check in (False, True):
             add(f"fwd_row {tag} check={check}", L.forward_kernel("row", rw.hints, store),
                 _fwd_row_params(x, w, rw.tile_m, rw.tile_n, casting, store, check))  # fmt: skip
@@ -280,8 +267,6 @@ def _unaligned_jobs(add):
         for store in (True, False):
             add(f"unaligned fwd_tile rstd={store}", L.forward_kernel("tile", f.hints, store),
                 _fwd_params(x, x, f.tile_m, f.tile_n, K.CAST_LLAMA, store, tail=0))  # fmt: skip
-            add(f"unaligned fwd_claim rstd={store}", L.forward_kernel("claim", f.hints, store),
-                _fwd_claim_params(x, x, f.tile_m, f.tile_n, K.CAST_LLAMA, store))  # fmt: skip
             add(f"unaligned fwd_row rstd={store}", L.forward_kernel("row", rw.hints, store),
                 _fwd_row_params(x, x, rw.tile_m, rw.tile_n, K.CAST_LLAMA, store, True))  # fmt: skip
             add(f"unaligned fwd_chunked rstd={store}", L.forward_kernel("chunked", ch.hints, store),

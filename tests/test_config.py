@@ -226,25 +226,21 @@ def test_tail_plans_on_the_h200():
 
 def test_row_tile_schedules():
     """schedule "per_tile" (the shipped fp32 forward of 1024- and 4096-wide rows): the grid is every
-    row tile. "claim" (shipped for some 16-bit and fp32 forward buckets): the persistent grid;
-    it falls back to "stride" for a caller without the ticket workspace and where every block
-    has one row tile anyway. The 16-bit forward elsewhere and the backward stride; only the tile
-    kernel takes another schedule, and tables give it as a string (never for a backward)."""
+    row tile. The forward elsewhere and the backward stride; only the tile kernel takes another
+    schedule, and tables give it as a string (never for a backward). The removed "claim"
+    schedule (it waited on block 0) reads as "stride" from old tables."""
     p = C.plan_forward(65536, 1024, 132, elem_size=4, device_key=H200)
     assert (p.kernel, p.tile_m, p.grid, p.schedule) == ("tile", 1, 65536, "per_tile")
     assert C.plan_forward(16384, 4096, 132, elem_size=4, device_key=H200).grid == 16384
     assert C.plan_forward(65536, 1024, 132, elem_size=2, device_key=H200).grid <= 132 * max(C.OCCUPANCIES)
     assert C.plan_backward(65536, 1024, 132, elem_size=4, device_key=H200).partial_rows <= 132 * max(C.OCCUPANCIES)
     assert C.forward_plan_from(C.tile(4, 1024, 2, schedule="per_tile"), 1001, 132, "persistent", 1024).grid == 251
-    claimed = C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200)
-    assert (claimed.schedule, claimed.tile_m, claimed.grid) == ("claim", 2, 264)
-    fp32 = C.plan_forward(13107, 5120, 132, elem_size=4, device_key=H200)
-    assert (fp32.schedule, fp32.tile_n, fp32.tail) == ("claim", 4096, 1024)
-    assert C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200, allow_claim=False).schedule == "stride"
-    assert C.forward_plan_from(C.tile(2, 4096, 2, schedule="claim"), 100, 132, "persistent", 4096).schedule == "stride"
-    assert C.forward_plan_from(C.tile(2, 4096, 2, schedule="claim"), 1000, 132, "persistent", 4096).grid == 264
+    strided = C.plan_forward(16384, 4096, 132, elem_size=2, device_key=H200)
+    assert (strided.schedule, strided.tile_m, strided.grid) == ("stride", 2, 264)
+    assert "claim" not in C.SCHEDULES
     for bad in (
-        dict(kernel="chunked", schedule="claim"),
+        dict(kernel="chunked", schedule="per_tile"),
+        dict(schedule="claim"),
         dict(kernel="split", schedule="per_tile"),
         dict(schedule="x"),
     ):
@@ -255,9 +251,9 @@ def test_row_tile_schedules():
     with pytest.raises(ValueError, match="schedule"):
         T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
     with pytest.raises(ValueError, match="schedule"):
-        T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "backward", "schedule": "claim"}]}, "test")
+        T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "backward", "schedule": "per_tile"}]}, "test")
     parsed = T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "forward_few", "schedule": "claim"}]}, "test")
-    assert C.KernelConfig(*parsed["forward_few", 4, 1024]).schedule == "claim"
+    assert C.KernelConfig(*parsed["forward_few", 4, 1024]).schedule == "stride"  # a table of before session 12
 
 
 def test_few_row_forward_takes_the_row_kernel():

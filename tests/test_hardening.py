@@ -64,8 +64,8 @@ class _null:
 
 def test_concurrent_callers(dev):
     """Threads call the public API at once with mixed shapes, dtypes and modes (each on its own
-    stream, and on a second GPU where there is one): the plan and kernel caches and the claim
-    nonces are shared; every result must match float64."""
+    stream, and on a second GPU where there is one): the plan and kernel caches are shared;
+    every result must match float64."""
     on_gpu = dev == "cuda"
     devices = [f"cuda:{i}" for i in range(min(2, torch.cuda.device_count()))] if on_gpu else ["cpu"]
     shapes = [(333, 4096), (1, 5376), (77, 128), (64, 6144), (5, 2880), (129, 1000)]
@@ -248,7 +248,7 @@ SANITIZED = textwrap.dedent(
     sms = T.launch_target(torch.device("cuda"))[1].num_sms
     m, n = 301, 1000
     kinds = [cfgs for cfgs in T.CONFIG_KINDS]
-    kinds.append((C.tile(2, 1024, 2, schedule="claim"), C.packed(2, 1024, 1, 8), C.chunked(1, 1024, 1)))
+    kinds.append((C.tile(2, 1024, 2, schedule="per_tile"), C.packed(2, 1024, 1, 8), C.chunked(1, 1024, 1)))
     for f, b, d in kinds:
         plans = (C.forward_plan_from(f, m, sms, "persistent", n), C.backward_plan_from(b, d, m, n, sms))
         T.check_variant("cuda", (m, n), torch.bfloat16, None, "llama", True, 0.0, g, plans=plans)
@@ -267,7 +267,7 @@ SANITIZED = textwrap.dedent(
 
 @pytest.mark.gpu
 def test_compute_sanitizer_memcheck(tmp_path):
-    """Every kernel kind (tile, chunked, split, packed, claim, row, the row-tile kernels) on
+    """Every kernel kind (tile, chunked, split, packed, row, the row-tile kernels) on
     small shapes under compute-sanitizer's memcheck: zero device errors. Host-side messages of
     cuda-bindings' driver probing are not device errors and are ignored."""
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"

@@ -42,18 +42,11 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def garbage_ticket(device):
-    """A claim plan's ticket as a fresh workspace may come: whatever the memory held (here a
-    random word; the kernel must not rely on zeros)."""
-    return torch.randint(-(2**62), 2**62, (1,), dtype=torch.int64).to(device)
-
-
 def forward_workspace(fplan, device):
-    """The launcher's workspace for a forward plan (zeroed slots for split, a ticket for claim,
-    or None), a ticket being garbage, as fresh memory may be."""
+    """The launcher's workspace for a forward plan (zeroed slots for split, or None)."""
 
     def int64(shape, zeroed):
-        return torch.zeros(shape, dtype=torch.int64, device=device) if zeroed else garbage_ticket(device)
+        return torch.zeros(shape, dtype=torch.int64, device=device)
 
     return _slots(fplan, int64)
 
@@ -239,92 +232,17 @@ def test_one_block_per_row_tile(dev, dtype, gen):
     check_variant(dev, (m, n), dtype, None, "llama", True, 0.0, gen, plans=(fplan, bplan))
 
 
-# (tile_m, tile_n, tail, n) of the claim tests: a padded row, a tail, multi-row tiles
-CLAIM_LAYOUTS = [(1, 1024, 0, 1000), (2, 1024, 256, 1280), (4, 512, 0, 512)]
-
-
-@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout", CLAIM_LAYOUTS, ids=str)
-def test_claimed_row_tiles(dev, dtype, has_weight, offset, layout, gen):
-    """The claim schedule (kernels.py, claimed row tiles): 2003 rows (301 interpreted) on 7
-    blocks, so each block claims many row tiles (the last one partial for multi-row tiles),
-    from a ticket that starts as garbage; then the strided backward."""
-    tile_m, tile_n, tail, n = layout
-    m = 2003 if dev == "cuda" else 301  # the interpreter is slow
-    fplan = C.forward_plan_from(C.tile(tile_m, tile_n, 1, tail=tail, schedule="claim"), m, 7, "persistent", n)
-    assert fplan.schedule == "claim" and fplan.grid == 7 and fplan.tail == tail
-    bplan = C.backward_plan_from(C.tile(2, 2048, 1), C.tile(2, 2048, 1), m, n, 7)
-    check_variant(dev, (m, n), dtype, None, "llama", has_weight, offset, gen, plans=(fplan, bplan))
-
-
-@pytest.mark.gpu
-def test_claim_ticket_across_launches_and_graph_replays(gen):
-    """One ticket reused by launch after launch (each launch has its own nonce), then a CUDA
-    graph of a training and an inference forward replayed three times on new inputs (the nonce
-    is the captured one; the kernel leaves the ticket at 0 between replays): every output of
-    every launch against the reference."""
-    if not torch.cuda.is_available():
-        pytest.skip("CUDA graphs need a CUDA device")
-    dev = torch.device("cuda")
-    m, n, dtype = 3001, 2048, torch.bfloat16
-    info = launch_target(dev)[1]
-    fplan = C.forward_plan_from(C.tile(2, 2048, 2, schedule="claim"), m, info.num_sms, "persistent", n)
-    assert fplan.schedule == "claim"
-    code = casting_code("llama", False)
-    tols = tolerances(dtype, dtype, "llama")
-    ticket = garbage_ticket(dev)
-    x = torch.empty(m, n, dtype=dtype, device=dev)
-    w = torch.empty(n, dtype=dtype, device=dev)
-    y, y2, rstd = nan_like((m, n), dtype, dev), nan_like((m, n), dtype, dev), nan_like((m,), torch.float32, dev)
-
-    def forward():
-        stream = launch_target(dev)[0]  # the current stream (a side or capturing one below)
-        launch_forward(fplan, x, w, y, rstd, EPS, 0.0, code, stream, ticket)
-        launch_forward(fplan, x, w, y2, None, EPS, 0.0, code, stream, ticket)
-
-    def check():
-        yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
-        check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rstd_r}, tols)
-        check_all({"y": y2}, {"y": yr}, tols)  # the inference kernel
-
-    def new_inputs():
-        xn, _, wn = make_inputs((m, n), dtype, dev, generator=gen)
-        x.copy_(xn), w.copy_(wn)
-        for t in (y, y2, rstd):
-            t.fill_(float("nan"))
-
-    for _ in range(3):
-        new_inputs()
-        forward()
-        torch.cuda.synchronize()
-        check()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        forward()  # warm-up on a side stream before capture, as torch.cuda.graph asks
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        forward()
-    for _ in range(3):
-        new_inputs()
-        graph.replay()
-        torch.cuda.synchronize()
-        check()
-    assert ticket.item() == 0
-
-
-def test_shipped_claim_entries_run(dev, gen):
-    """The planning path of shipped sm_90 claim entries (16-bit 4096 and fp32 5120 with a tail,
-    past the few-row class) through run_forward with the torch front end's workspace allocator:
-    training and inference forwards against the reference."""
+def test_tail_rule_plans_run(dev, gen):
+    """Rows of p + p / 4 (5120) planned by the tail rule from the sm_90 buckets (config.fit_to_row:
+    a 4096 tile and a 1024 tail), 16-bit and fp32, through the core run_forward with the torch
+    front end's workspace allocator: training and inference forwards against the reference."""
     stream, dev_info = launch_target(torch.device(dev))
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
-    for n, dtype in ((4096, torch.bfloat16), (5120, torch.float32)):
-        m = 4 * C.FEW_ROWS + 9  # past the few-row class, and more row tiles than blocks (else: stride)
+    for n, dtype in ((5120, torch.bfloat16), (5120, torch.float32)):
+        m = 4 * C.FEW_ROWS + 9  # past the few-row class
         x, _, w = make_inputs((m, n), dtype, dev, generator=gen)
-        assert forward_plan(x, None, info).schedule == "claim"
+        p = forward_plan(x, None, info)
+        assert (p.kernel, p.tile_n, p.tail) == ("tile", 4096, 1024)
         check_run_forward(x, w, info, stream)
 
 

@@ -80,13 +80,12 @@ TAIL_KERNELS = (("forward", "tile"), ("backward", "packed"))  # (op, kernel) pai
 #   schedules the blocks. On the H200 the fp32 forward with one-row tiles ran at 98.3-98.6% of
 #   the copy ceiling this way against 95.4-95.8% strided (N = 1024 at 8 blocks/SM, 4096 at 4);
 #   16-bit rows, wider rows and multi-row tiles lost 2-60% (bench/NOTES.md, session 7).
-# - "claim": the persistent grid, each block taking tile b and then claiming the next row tile
-#   from an atomic ticket (kernels.py, claimed row tiles), so faster blocks take more tiles. It
-#   needs a one-word int64 workspace per launch (not zeroed). On the H200, with 8-32 KB row
-#   tiles: 16-bit N = 4096 and fp16 8192 2.6-9% faster than strided, fp32 N = 512, 2048 and
-#   5120-8192 1.2-5% faster; with small tiles (2-8 KB, 16-bit N <= 2048) or 8 blocks/SM it lost
-#   up to 50% (bench/NOTES.md, session 8). A caller without the workspace strides instead.
-SCHEDULES = ("stride", "per_tile", "claim")
+# A third schedule, "claim" (blocks claiming row tiles from an atomic ticket that block 0 set up),
+# ran 1.2-9% faster than "stride" on some buckets (bench/NOTES.md, session 8) but had every block
+# wait for block 0: a kernel may not wait on a block that is not guaranteed to run (issue #20).
+# It was removed in session 12, once the row-tile forward took over the lengths it served;
+# tables that name it stride (tables.parse).
+SCHEDULES = ("stride", "per_tile")
 
 # Occupancy hints (blocks per SM) a config may ask for, and worker-warp counts (None: the
 # compiler's choice; tileiras 13.4 accepts 4 and 8, more warps spread a large tile's registers).
@@ -391,8 +390,7 @@ class ForwardPlan:
     grid, the kernel's compiler hints (occupancy, worker warps), its memory constants
     (TMA_STORE, LATENCY: see KernelConfig), for "split" the blocks per row (the grid is a
     multiple of it) and the shape of the zeroed int64 workspace it needs, and for "tile" the
-    width of a second, tail tile (0: none; see KernelConfig) and the row-tile schedule (a
-    "claim" plan needs a one-word int64 workspace, not zeroed)."""
+    width of a second, tail tile (0: none; see KernelConfig) and the row-tile schedule."""
 
     mode: str
     kernel: str
@@ -411,12 +409,6 @@ class ForwardPlan:
     def hints(self) -> tuple:
         return (self.occupancy, self.warps)
 
-    @property
-    def kind(self) -> str:
-        """The kernel that runs the plan: its kind, or "claim" (the tile kernel that claims row
-        tiles) for a claim plan."""
-        return "claim" if self.schedule == "claim" else self.kernel
-
 
 def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int) -> ForwardPlan:
     """The forward plan of a config for an (m, n) input."""
@@ -426,17 +418,11 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int
                            splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     row_tiles = -(-m // tile_m)
-    schedule = cfg.schedule
     if cfg.kernel == "row":
         return ForwardPlan(mode, "row", tile_m, cfg.tile_n, row_tiles, 1, cfg.warps, cfg.memory)
-    if schedule == "per_tile":
-        grid = row_tiles
-    else:  # never more blocks than row tiles: the claim schedule starts every block on its own tile
-        grid = grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
-        if grid == row_tiles:  # one row tile per block: nothing to claim
-            schedule = "stride"
+    grid = row_tiles if cfg.schedule == "per_tile" else grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory,
-                       tail=cfg.tail, schedule=schedule)  # fmt: skip
+                       tail=cfg.tail, schedule=cfg.schedule)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -449,7 +435,6 @@ def plan_forward(
     elem_size: int = 2,
     device_key: str | None = None,
     allow_split: bool = True,
-    allow_claim: bool = True,
     allow_row: bool = True,
 ) -> ForwardPlan:
     """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
@@ -458,7 +443,6 @@ def plan_forward(
     mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
     table's chunked or split config); "gather" always takes the fixed GATHER config.
     allow_split=False (a caller without the split kernels) never plans a split kernel;
-    allow_claim=False (a caller without the ticket workspace) strides where the table claims;
     allow_row=False (a caller without the row kernels) and mode "persistent" run a row config's
     fallback (row_fallback).
     """
@@ -467,8 +451,6 @@ def plan_forward(
     if mode == "gather":
         return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode, n)
     cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
-    if cfg.schedule == "claim" and not allow_claim:
-        cfg = dataclasses.replace(cfg, schedule="stride")
     if cfg.kernel == "row" and (not allow_row or mode == "persistent"):
         cfg = row_fallback(cfg)
     if mode is None:  # a row plan is a block per row group, as gather's is

@@ -37,7 +37,7 @@ the H200 favours for one-row tiles, bench/NOTES.md).
 import cuda.tile as ct
 
 ZERO = ct.PaddingMode.ZERO
-_RELAXED = ct.MemoryOrder.RELAXED  # the split kernels' exchanges and the claim schedule's ticket
+_RELAXED = ct.MemoryOrder.RELAXED  # the split kernels' exchanges
 _DEVICE = ct.MemoryScope.DEVICE
 
 # Casting modes (kernel Constants; the names and meanings are Liger-Kernel's).
@@ -227,70 +227,6 @@ def _fwd_tile_rows(
     for i in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_M), ct.num_blocks(0)):
         _fwd_row_tile(x, r, y, s_out, rstd_out, i, wp, wpt, n, eps, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT,
                       STORE_RSTD, ADD_RESIDUAL, CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
-
-
-# Claimed row tiles (the "claim" schedule, config.py). Block b takes row tile b first, then
-# claims each further one from a ticket, an int64 word of the launch's workspace: one relaxed
-# atomic add per row tile, issued a tile ahead so its round trip overlaps the current tile. Blocks
-# that run faster take more tiles, where the static stride gives every block the same share.
-# The ticket holds epoch << 32 | count, the epoch being the launch's nonce (a positive int32 from
-# the launcher, new for every launch). Block 0 sets it to epoch << 32 as it starts; a claim that
-# returns another epoch came before that (the workspace is not zeroed: it holds what the memory
-# held, or 0, below) and is made again. All atomics on the word are ordered, so the claims after
-# block 0's are counted from 0 without a fence. A launch makes exactly as many claims with its
-# epoch as there are row tiles (each block's last claim is the one past the end); the block whose
-# claim counts the last row tile puts the word back to 0, so a CUDA graph replaying the launch with
-# the same nonce starts from a stale epoch again, never from the previous replay's count.
-TICKET_EPOCH = 1 << 32
-
-
-@ct.function
-def _claim(ticket, base):
-    """This launch's next count from the ticket (base = epoch << 32), as an int32."""
-    got = ct.atomic_add(ticket, 0, 1, memory_order=_RELAXED, memory_scope=_DEVICE)
-    while (got < base) | (got >= base + TICKET_EPOCH):
-        got = ct.atomic_add(ticket, 0, 1, memory_order=_RELAXED, memory_scope=_DEVICE)
-    return ct.astype(got - base, ct.int32)
-
-
-@ct.function
-def _fwd_tile_claimed(
-    x,
-    w,
-    y,
-    rstd_out,
-    ticket,
-    nonce,
-    eps,
-    offset,
-    TILE_M: ct.Constant[int],
-    TILE_N: ct.Constant[int],
-    TAIL: ct.Constant[int],
-    CASTING: ct.Constant[int],
-    HAS_WEIGHT: ct.Constant[bool],
-    STORE_RSTD: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
-    LATENCY: ct.Constant[int],
-):
-    """_fwd_tile_rows with claimed row tiles (see above). The grid must not exceed the row tiles."""
-    n = x.shape[1]
-    num_row_tiles = ct.cdiv(x.shape[0], TILE_M)
-    grid = ct.num_blocks(0)
-    base = ct.astype(nonce, ct.int64) * TICKET_EPOCH
-    if ct.bid(0) == 0:
-        ct.atomic_xchg(ticket, 0, base, memory_order=_RELAXED, memory_scope=_DEVICE)
-    wp = _weight_row(w, 0, offset, TILE_N, HAS_WEIGHT)
-    wpt = _tail_weight(w, wp, offset, TILE_N, TAIL, HAS_WEIGHT)
-    i = ct.bid(0)
-    last = 0
-    while i < num_row_tiles:
-        count = _claim(ticket, base)
-        _fwd_row_tile(x, x, y, y, rstd_out, i, wp, wpt, n, eps, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT,
-                      STORE_RSTD, False, True, TMA_STORE, LATENCY)  # fmt: skip
-        i = grid + count
-        last = count
-    if last == num_row_tiles - 1:  # this block made the launch's last claim
-        ct.atomic_xchg(ticket, 0, 0, memory_order=_RELAXED, memory_scope=_DEVICE)
 
 
 @ct.function
@@ -526,51 +462,6 @@ def rms_fwd_tile_infer(
     """Single-tile forward without rstd (inference)."""
     _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, False, True,
                    TMA_STORE, LATENCY)  # fmt: skip
-
-
-@ct.kernel
-def rms_fwd_claim(
-    x,
-    w,
-    y,
-    rstd_out,
-    ticket,
-    nonce,
-    eps,
-    offset,
-    TILE_M: ct.Constant[int],
-    TILE_N: ct.Constant[int],
-    TAIL: ct.Constant[int],
-    CASTING: ct.Constant[int],
-    HAS_WEIGHT: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
-    LATENCY: ct.Constant[int],
-):
-    """Single-tile forward with claimed row tiles that stores rstd (see _fwd_tile_claimed)."""
-    _fwd_tile_claimed(x, w, y, rstd_out, ticket, nonce, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True,
-                      TMA_STORE, LATENCY)  # fmt: skip
-
-
-@ct.kernel
-def rms_fwd_claim_infer(
-    x,
-    w,
-    y,
-    ticket,
-    nonce,
-    eps,
-    offset,
-    TILE_M: ct.Constant[int],
-    TILE_N: ct.Constant[int],
-    TAIL: ct.Constant[int],
-    CASTING: ct.Constant[int],
-    HAS_WEIGHT: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
-    LATENCY: ct.Constant[int],
-):
-    """Single-tile forward with claimed row tiles, without rstd (inference)."""
-    _fwd_tile_claimed(x, w, y, y, ticket, nonce, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False,
-                      TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel

@@ -9,12 +9,11 @@ a placeholder: the kernels' compile-time flags remove every access to them.
 
 Workspaces come from the caller: ``empty_f32(shape)`` (fp32, contents ignored) for the
 backward's dW partials and row dots, ``int64(shape, zeroed)`` (int64, new for every launch;
-zero-filled when ``zeroed``) for the split kernels' slots (zeroed) and the claim schedule's
-ticket (not zeroed). The packed backward takes int32 views of 16-bit arrays, made by
-the caller's ``as_words(array)`` (None where the layout allows no such view).
+zero-filled when ``zeroed``) for the split kernels' slots. The packed backward takes int32
+views of 16-bit arrays, made by the caller's ``as_words(array)`` (None where the layout allows
+no such view).
 """
 
-import itertools
 import threading
 
 from cutile_rms._launch import launch, with_hints
@@ -74,8 +73,6 @@ _FORWARD = {
     ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
     ("split", True): HintVariants(K.rms_fwd_split),
     ("split", False): HintVariants(K.rms_fwd_split_infer),
-    ("claim", True): HintVariants(K.rms_fwd_claim),
-    ("claim", False): HintVariants(K.rms_fwd_claim_infer),
     ("row", True): HintVariants(K.rms_fwd_row),
     ("row", False): HintVariants(K.rms_fwd_row_infer),
 }
@@ -127,20 +124,9 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
 
 
 def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
-    """The forward kernel object of a kind ("tile", "chunked", "split", "row" or "claim": the
-    tile kernel with claimed row tiles) and hints (occupancy, warps), with or without the rstd
-    store."""
+    """The forward kernel object of a kind ("tile", "chunked", "split" or "row") and hints
+    (occupancy, warps), with or without the rstd store."""
     return _FORWARD[kind, store_rstd][hints]
-
-
-# The claim schedule's launch nonces: positive int32s, a new one for every launch (kernels.py,
-# claimed row tiles). itertools.count is atomic under the GIL.
-_NONCE_MAX = 2**31 - 1
-_nonces = itertools.count(1)
-
-
-def _nonce() -> int:
-    return next(_nonces) % _NONCE_MAX + 1
 
 
 def backward_kernel(kind: str, hints: tuple):
@@ -158,12 +144,10 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
     """y = rms_norm(x) * (offset + weight); rstd (m,) fp32 is stored unless it is None.
 
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
-    plan, a zero-filled int64 array of shape plan.slots; for a claim plan, an int64 array of
-    one element or more, contents ignored, that no other launch uses while this one runs
-    (ignored otherwise).
+    plan, a zero-filled int64 array of shape plan.slots (ignored otherwise).
     """
     args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots)
-    launch(stream, (plan.grid,), forward_kernel(plan.kind, plan.hints, rstd is not None), args)
+    launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
 
 
 def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None) -> tuple:
@@ -180,12 +164,7 @@ def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: floa
         consts = (*tiles, casting, has_weight, n != plan.tile_n or m % plan.tile_m != 0)
     else:
         consts = (*tiles, casting, has_weight, *plan.memory)
-    if plan.kernel == "split":
-        extra = (slots,)
-    elif plan.kind == "claim":
-        extra = (slots, _nonce())
-    else:
-        extra = ()
+    extra = (slots,) if plan.kernel == "split" else ()
     if rstd is None:
         return (x, w, y, *extra, float(eps), float(offset), *consts)
     return (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
@@ -242,13 +221,12 @@ def launch_backward(
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
-def forward_plan(x, mode, device, allow_split: bool = True, allow_claim: bool = True,
-                 allow_row: bool = True) -> ForwardPlan:  # fmt: skip
+def forward_plan(x, mode, device, allow_split: bool = True, allow_row: bool = True) -> ForwardPlan:
     """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
     key = device.key
     return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split,
-                        allow_claim=allow_claim, allow_row=allow_row)  # fmt: skip
+                        allow_row=allow_row)  # fmt: skip
 
 
 def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = False) -> BackwardPlan:
@@ -259,20 +237,17 @@ def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = Fals
 
 
 def _slots(plan, int64):
-    """A split plan's zeroed workspace, a claim plan's ticket, or None (plans are split or
-    claim only when int64 was given)."""
+    """A split plan's zeroed workspace, or None (plans are split only when int64 was given)."""
     if plan.kernel == "split":
         return int64(plan.slots, True)
-    if isinstance(plan, ForwardPlan) and plan.kind == "claim":
-        return int64((1,), False)
     return None
 
 
 def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, int64=None):
     """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
     _device.DeviceInfo); see :func:`launch_forward`. int64(shape, zeroed) allocates the split
-    and claim plans' workspaces on x's device (None: plans that need one fall back to others)."""
-    plan = forward_plan(x, mode, device, allow_split=int64 is not None, allow_claim=int64 is not None)
+    plans' workspaces on x's device (None: plans that need one fall back to others)."""
+    plan = forward_plan(x, mode, device, allow_split=int64 is not None)
     launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, int64))
 
 

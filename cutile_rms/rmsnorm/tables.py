@@ -72,6 +72,8 @@ def parse(doc: dict, source: str) -> dict:
     for e in doc["entries"]:
         warps, latency, tma_store = e.get("warps"), e.get("latency"), e.get("tma_store", True)
         schedule = e.get("schedule", "stride")
+        if schedule == "claim":  # removed in session 12 (config.SCHEDULES): such entries stride
+            schedule = "stride"
         if not isinstance(tma_store, bool):
             raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
         if not isinstance(schedule, str) or (schedule != "stride" and not e["op"].startswith("forward")):

@@ -141,7 +141,7 @@ def as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
 
 def _int64(x):
     """The launchers' int64 workspace allocator on x's device (launch.py: the split kernels'
-    zeroed slots, the claim schedule's ticket); each call returns new memory, so no two launches
+    zeroed slots); each call returns new memory, so no two launches
     share a workspace (the caching allocator reuses it only in stream order)."""
 
     def int64(shape, zeroed):
