@@ -106,13 +106,6 @@ def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOB
             w is not None, *memory]  # fmt: skip
 
 
-def _fwd_row_params(x, w, tile_m, tile_n, casting, store_rstd, check_bounds):
-    # The few-row kernels: no memory knobs, a CHECK_BOUNDS constant instead.
-    rstd = [mvec()] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, casting,
-            w is not None, check_bounds]  # fmt: skip
-
-
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
             arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
@@ -164,7 +157,6 @@ REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
 REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
 REP_PACKED = C.packed(1, 4096, 1, 8)
-REP_ROW = C.row(1, 4096, 8)
 REP_TAIL = 1024  # a tail beside REP_FWD's and REP_PACKED's 4096-wide tiles
 # Blocks per row the split kernels are compiled for at every planned split config (a table
 # entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
@@ -190,9 +182,6 @@ def _planned_jobs(add, arch):
                 for splits in SPLIT_COUNTS:
                     params = _fwd_split_params(x, x, cfg.tile_m, cfg.tile_n, splits, K.CAST_LLAMA, True, cfg.memory)
                     add(f"fwd {x} {cfg} split={splits}", kernel, params)
-            elif cfg.kernel == "row":  # planned only for rows of exactly tile_n (config.fit_to_row)
-                add(f"fwd {x} {cfg}", kernel, _fwd_row_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True,
-                                                              cfg.tile_m > 1))  # fmt: skip
             else:
                 add(f"fwd {x} {cfg}", kernel,
                     _fwd_params(x, x, cfg.tile_m, cfg.tile_n, K.CAST_LLAMA, True, cfg.memory,
@@ -225,15 +214,12 @@ def _planned_jobs(add, arch):
 def _flag_jobs(add, x):
     """Every value of every flag, pairwise, at one representative config per kernel (dtype x)."""
     weights = [x, "float32" if x != "float32" else "bfloat16", None]
-    f, b, ch, sp, pk, rw = REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT, REP_PACKED, REP_ROW
+    f, b, ch, sp, pk = REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT, REP_PACKED
     for w, casting, store in pairwise(weights, _castings(x), (True, False)):
         tag = f"{x} w={w} cast={casting} rstd={store}"
         for tail in (0, REP_TAIL):
             add(f"fwd_tile {tag} tail={tail}", L.forward_kernel("tile", f.hints, store),
                 _fwd_params(x, w, f.tile_m, f.tile_n, casting, store, tail=tail))  # fmt: skip
-        for check in (False, True):
-            add(f"fwd_row {tag} check={check}", L.forward_kernel("row", rw.hints, store),
-                _fwd_row_params(x, w, rw.tile_m, rw.tile_n, casting, store, check))  # fmt: skip
         add(f"fwd_chunked {tag}", L.forward_kernel("chunked", ch.hints, store),
             _fwd_params(x, w, ch.tile_m, ch.tile_n, casting, store))  # fmt: skip
         add(f"fwd_split {tag}", L.forward_kernel("split", sp.hints, store),
@@ -263,12 +249,10 @@ def _unaligned_jobs(add):
     """Each kernel once with the constraints of rows that are not a multiple of 8 elements long."""
     _ALIGNED[0] = False
     try:
-        x, f, b, ch, sp, rw = "bfloat16", REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT, REP_ROW
+        x, f, b, ch, sp = "bfloat16", REP_FWD, REP_BWD, REP_CHUNK, REP_SPLIT
         for store in (True, False):
             add(f"unaligned fwd_tile rstd={store}", L.forward_kernel("tile", f.hints, store),
                 _fwd_params(x, x, f.tile_m, f.tile_n, K.CAST_LLAMA, store, tail=0))  # fmt: skip
-            add(f"unaligned fwd_row rstd={store}", L.forward_kernel("row", rw.hints, store),
-                _fwd_row_params(x, x, rw.tile_m, rw.tile_n, K.CAST_LLAMA, store, True))  # fmt: skip
             add(f"unaligned fwd_chunked rstd={store}", L.forward_kernel("chunked", ch.hints, store),
                 _fwd_params(x, x, ch.tile_m, ch.tile_n, K.CAST_LLAMA, store))  # fmt: skip
             add(f"unaligned fwd_split rstd={store}", L.forward_kernel("split", sp.hints, store),

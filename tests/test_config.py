@@ -128,7 +128,7 @@ def test_shipped_sm90_table_covers_every_bucket_and_size():
     for (_, _, n), entry in table.items():  # buckets only, each a tile that holds the row (issue #19)
         cfg = C.KernelConfig(*entry)
         assert C.bucket(n) == n and not cfg.tail
-        assert cfg.tile_n == n if cfg.kernel in ("tile", "packed", "row") else cfg.tile_n < n
+        assert cfg.tile_n == n if cfg.kernel in ("tile", "packed") else cfg.tile_n < n
     assert T.checked_in("sm_1000") == {} and T.checked_in("../x") == {}
 
 
@@ -256,33 +256,21 @@ def test_row_tile_schedules():
     assert C.KernelConfig(*parsed["forward_few", 4, 1024]).schedule == "stride"  # a table of before session 12
 
 
-def test_few_row_forward_takes_the_row_kernel():
-    """The shipped few-row forward entries of 4096 and 8192 (sm_90) run the row kernel: one block
-    per row, for rows of exactly tile_n; longer row tiles, other row lengths, a forced
-    "persistent" mode and a caller without the row kernels get the tile fallback; past FEW_ROWS
-    the bulk entries serve. Row configs carry no memory knobs and never come from a backward
-    table."""
+def test_few_row_forward_entries_and_old_row_entries():
+    """The shipped few-row forward entries of 4096 and 8192 (sm_90) are tile configs with plain
+    stores at 4 blocks per SM (the tile fallback of the removed "row" kind); past FEW_ROWS the
+    bulk entries serve. A table entry that names the row kind reads as that fallback, and never
+    in a backward table."""
     for m, n, es in ((1, 4096, 2), (32, 8192, 2), (256, 4096, 4), (C.FEW_ROWS, 8192, 4)):
-        p = C.plan_forward(m, n, 132, elem_size=es, device_key=H200)
-        assert (p.mode, p.kernel, p.tile_m, p.tile_n, p.grid, p.warps) == ("gather", "row", 1, n, m, 8)
-    assert C.plan_forward(C.FEW_ROWS + 1, 4096, 132, elem_size=2, device_key=H200).kernel == "tile"
-    fallback = C.row_fallback(C.row(1, 8192, 8))
-    assert fallback == C.tile(1, 8192, 4, 8, tma_store=False)
-    assert C.kernel_config("forward", 5120, 2, H200, m=1) == dataclasses.replace(  # not exactly tile_n wide
-        fallback, tile_n=4096, tail=1024, blocks_per_sm=8
-    )
-    for kw in (dict(mode="persistent"), dict(allow_row=False)):
-        p = C.plan_forward(1, 8192, 132, elem_size=2, device_key=H200, **kw)
-        assert (p.kernel, p.grid, p.memory) == ("tile", 1, (False, 0))
-    assert C.forward_plan_from(C.row(4, 1024), 1001, 132, None, 1000).grid == 251  # the last tile partial
-    assert fallback in C.planned_configs()["forward"]
-    for bad in (dict(tma_store=True), dict(latency=1), dict(tail=256)):
-        with pytest.raises(ValueError, match="row config|tail"):
-            dataclasses.replace(C.row(1, 4096), **bad)
-    entry = {"op": "backward_few", "elem_size": 2, "bucket": 4096, "kernel": "row", "tile_m": 1, "tile_n": 4096,
-             "blocks_per_sm": 1, "tma_store": False}  # fmt: skip
+        cfg = C.kernel_config("forward", n, es, H200, m=m)
+        assert (cfg.kernel, cfg.tile_m, cfg.tile_n, cfg.blocks_per_sm, cfg.tma_store) == ("tile", 1, n, 4, False)
+    assert "row" not in C.KERNELS
+    entry = {"op": "forward_few", "elem_size": 2, "bucket": 4096, "kernel": "row", "tile_m": 1, "tile_n": 4096,
+             "blocks_per_sm": 1, "warps": 8, "tma_store": False}  # fmt: skip
+    parsed = T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
+    assert C.KernelConfig(*parsed["forward_few", 2, 4096]) == C.tile(1, 4096, 4, 8, tma_store=False)
     with pytest.raises(ValueError, match="row kernel"):
-        T.parse({"format": T.FORMAT, "entries": [entry]}, "test")
+        T.parse({"format": T.FORMAT, "entries": [{**entry, "op": "backward_few"}]}, "test")
 
 
 def test_balanced_backward_grid():
@@ -407,13 +395,8 @@ def test_search_space_is_valid(n):
         assert {c.tma_store for c in space} == set(A.TMA_STORE_CHOICES)
         assert len(space) == len(A.TMA_STORE_CHOICES) * len({dataclasses.replace(c, tma_store=True) for c in space})
     assert all(c.tma_store and c.latency is None for c in dot) and all(c.latency is None for c in fwd + bwd)
-    # Few rows add the row kernel (plain stores only), for power-of-two rows that fit a tile.
-    few = A.forward_candidates(n, C.FEW_ROWS)
-    rows = [c for c in few if c.kernel == "row"]
-    assert few[: len(fwd)] == fwd and len(few) == len(fwd) + len(rows)
-    assert bool(rows) == (_pow2(n) and n <= A.MAX_ROW_TILE_N["forward"])
-    assert all((c.tile_m, c.tile_n, c.tma_store) == (1, n, False) for c in rows)
-    assert A.forward_candidates(n, C.FEW_ROWS + 1) == fwd
+    # Few rows search the same space (the row kind is gone).
+    assert A.forward_candidates(n, C.FEW_ROWS) == A.forward_candidates(n, C.FEW_ROWS + 1) == fwd
 
 
 def test_planned_configs_include_every_table_entry():

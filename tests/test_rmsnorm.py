@@ -264,35 +264,15 @@ def check_run_forward(x, w, info, stream):
 H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
 
 
-# (tile_m, tile_n, m, n) of the row-kernel tests: one-row tiles that cover x exactly (no bounds
-# checks), a padded row, and 4-row tiles of which the last is partial (both checked).
-ROW_LAYOUTS = [(1, 1024, 7, 1024), (1, 1024, 5, 1000), (4, 512, 9, 512)]
-
-
-@pytest.mark.parametrize("casting", CASTINGS)
-@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("layout", ROW_LAYOUTS, ids=str)
-def test_row_kernel(dev, dtype, has_weight, offset, casting, layout, gen):
-    """The few-row forward (kernel "row": a block per row tile, plain loads and stores, bounds
-    checks only where the tiles overhang x; the interpreter rejects an unchecked access past the
-    array), then the backward."""
-    tile_m, tile_n, m, n = layout
-    # planned for 1 SM: more SMs would split the 4-row tiles to give every SM one (config.fill_sms)
-    fplan = C.forward_plan_from(C.row(tile_m, tile_n, 8), m, 1, None, n)
-    assert (fplan.kernel, fplan.tile_m, fplan.grid) == ("row", tile_m, -(-m // tile_m))
-    bplan = C.backward_plan_from(C.tile(1, 1024, 1), C.tile(1, 1024, 1), m, n, 1)
-    check_variant(dev, (m, n), dtype, None, casting, has_weight, offset, gen, plans=(fplan, bplan))
-
-
-def test_shipped_row_entries_run(dev, gen):
-    """The shipped sm_90 few-row forward entries (kernel row) through run_forward: training and
-    inference forwards of decode-sized problems against the reference."""
+def test_shipped_few_row_entries_run(dev, gen):
+    """The shipped sm_90 few-row forward entries (tile configs, plain stores) through the core
+    run_forward: training and inference forwards of decode-sized problems against the reference."""
     stream, dev_info = launch_target(torch.device(dev))
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)
     for m, n, dtype in ((1, 4096, torch.bfloat16), (3, 8192, torch.float16), (2, 4096, torch.float32)):
         x, _, w = make_inputs((m, n), dtype, dev, generator=gen)
-        assert forward_plan(x, None, info).kernel == "row"
+        p = forward_plan(x, None, info)
+        assert (p.kernel, p.tile_n, p.memory[0]) == ("tile", n, False)
         check_run_forward(x, w, info, stream)
 
 

@@ -117,23 +117,9 @@ def _chunked_candidates(n: int, tma_stores=TMA_STORE_CHOICES) -> list:
     return out
 
 
-# Few-row forwards (m <= config.FEW_ROWS) also try the row kernel, for rows of a power-of-two
-# length (it serves rows of exactly tile_n): one-row tiles only (2-8 rows per tile were 10-50%
-# slower on the H200, bench/NOTES.md session 9), with each worker-warp count.
-ROW_WARPS_CHOICES = (4, 8)
-
-
-def row_candidates(n: int) -> list:
-    if n < 16 or n & (n - 1) or n > MAX_ROW_TILE_N["forward"]:
-        return []
-    return [C.row(1, n, w) for w in ROW_WARPS_CHOICES]
-
-
 def forward_candidates(n: int, m: int | None = None) -> list:
-    """The forward search space for rows of n elements (m of them, if known: few rows add
-    row_candidates)."""
-    rows = row_candidates(n) if m is not None and m <= C.FEW_ROWS else []
-    return _tile_candidates("forward", n) + _chunked_candidates(n) + rows
+    """The forward search space for rows of n elements (m of them, if known; the same space)."""
+    return _tile_candidates("forward", n) + _chunked_candidates(n)
 
 
 def backward_candidates(n: int) -> list:
@@ -152,10 +138,7 @@ def _search(configs, stream, grid_fn, kernel_fn, args_fn, refine=False):
     times, failed = {m.config: m.mean_us for m in res.successes}, len(res.failures)
     if refine and times:
         top = sorted(times, key=times.get)[:LATENCY_TOP_K]
-        more = [  # the row kernel has no latency hint
-            dataclasses.replace(c, latency=lat) for c in top for lat in LATENCY_CHOICES
-            if c.latency is None and c.kernel != "row"
-        ]  # fmt: skip
+        more = [dataclasses.replace(c, latency=lat) for c in top for lat in LATENCY_CHOICES if c.latency is None]
         t, f = _search(more, stream, grid_fn, kernel_fn, args_fn)
         times.update(t)
         failed += f

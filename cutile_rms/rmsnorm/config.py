@@ -36,14 +36,13 @@ __all__ = [
 ]
 
 MODES = ("persistent", "gather")
-KERNELS = ("tile", "chunked", "split", "packed", "row")
+KERNELS = ("tile", "chunked", "split", "packed")
 
-# Few-row forwards (kernel "row", forward tables only): one block per row tile, no loop, loads
-# and stores without TMA and, where the tiles cover the arrays exactly, without bounds checks
-# (kernels.py says why). On the H200 a bf16 1 x 4096 decode forward took 1.54 us against the
-# tile kernel's 2.07, and 32-256 rows of 4096-8192 went 10-28% faster; tiles of 2-8 rows were
-# slower than one row (bench/NOTES.md, session 9). A caller without the row kernels (allow_row
-# =False) and a forced "persistent" mode run ROW_FALLBACK's tile config instead.
+# A fifth kind, "row" (a few-row forward: one block per row tile, plain loads and stores; bf16
+# 1 x 4096 decode in 1.54 us against the tile kernel's 2.07, bench/NOTES.md, session 9), served
+# only rows of exactly 4096 and 8192 elements, which the row-tile forward (cutile_rms.rows, the
+# same design for any length) plans since session 12: it was removed. Tables that name it read
+# as their tile fallback (tables.parse).
 
 # Split rows (kernel "split"): a row of n elements is shared by cdiv(n, tile_n) blocks, 2 to
 # MAX_SPLIT of them, that exchange partial sums through global memory while they all run. A
@@ -109,8 +108,7 @@ class KernelConfig:
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
     chunks of tile_n, tile_m rows at a time; "split": each row is shared by cdiv(n, tile_n)
     blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above); "packed": "tile" for a
-    backward on 16-bit words (tile_n counts elements); "row": a few-row forward, one block per
-    (tile_m, tile_n) tile, plain loads and stores (so tma_store is False and latency None). blocks_per_sm sets the
+    backward on 16-bit words (tile_n counts elements). blocks_per_sm sets the
     grid (SMs x blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
     num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
     tiles without TMA; latency is the row-tile loads' latency hint (None: none). tail > 0 (a
@@ -148,8 +146,6 @@ class KernelConfig:
             self.kernel not in ("tile", "packed") or self.tail & (self.tail - 1) or self.tail >= self.tile_n
         ):
             raise ValueError(f"tail must be 0 or a power of two below tile_n, for tile or packed, got {self.tail!r}")
-        if self.kernel == "row" and (self.tma_store or self.latency is not None or self.tail):
-            raise ValueError("a row config has no TMA stores, latency hint or tail")
         if self.schedule not in SCHEDULES or (self.schedule != "stride" and self.kernel != "tile"):
             raise ValueError(
                 f"schedule must be one of {SCHEDULES}, other than stride only for tile, got {self.schedule!r}"
@@ -179,17 +175,6 @@ def split(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
 
 def packed(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
     return KernelConfig("packed", tile_m, tile_n, blocks_per_sm, warps, **knobs)
-
-
-def row(tile_m, tile_n, warps=None):
-    return KernelConfig("row", tile_m, tile_n, 1, warps, tma_store=False)
-
-
-def row_fallback(cfg: KernelConfig) -> KernelConfig:
-    """The tile forward that replaces a row config where the row kernels do not serve: same tile
-    and warps, plain stores (as the tuned few-row tile entries of sm_90 have), and up to 4 blocks
-    per SM, so that up to FEW_ROWS one-row tiles still get a block each on a GPU of 128 SMs."""
-    return KernelConfig("tile", cfg.tile_m, cfg.tile_n, 4, cfg.warps, tma_store=False)
 
 
 def split_count(n: int, tile_n: int) -> int:
@@ -308,12 +293,8 @@ def fit_to_row(cfg: KernelConfig, n: int, op: str) -> KernelConfig:
     """cfg adapted to rows of n elements: rows shorter than the smallest bucket take more rows
     per tile (SHORT_ROW_TILE_ELEMS); a chunk is never wider than the row; a tail is kept only
     for rows of exactly tile_n + tail elements, in a kernel that has one (TAIL_KERNELS), and a
-    row of p + p / 4 elements gets one (Tails: quarter_tail); a row
-    config serves rows of exactly tile_n elements (where it loads without bounds checks: checked
-    plain loads measured no faster than the tile kernel) and runs row_fallback otherwise."""
+    row of p + p / 4 elements gets one (Tails: quarter_tail)."""
     row_n = max(16, next_pow2(n))
-    if cfg.kernel == "row" and n != cfg.tile_n:
-        cfg = row_fallback(dataclasses.replace(cfg, tile_n=row_n))
     if cfg.tail and (cfg.tile_n + cfg.tail != n or (op, cfg.kernel) not in TAIL_KERNELS):
         cfg = dataclasses.replace(cfg, tile_n=row_n, tail=0)
     tail = quarter_tail(n)
@@ -386,7 +367,7 @@ def split_layout(cfg: KernelConfig, m: int, n: int, num_sms: int) -> tuple:
 
 @dataclass(frozen=True)
 class ForwardPlan:
-    """What the forward launcher runs: kernel ("tile", "chunked", "split" or "row"), tile shape, 1-D
+    """What the forward launcher runs: kernel ("tile", "chunked" or "split"), tile shape, 1-D
     grid, the kernel's compiler hints (occupancy, worker warps), its memory constants
     (TMA_STORE, LATENCY: see KernelConfig), for "split" the blocks per row (the grid is a
     multiple of it) and the shape of the zeroed int64 workspace it needs, and for "tile" the
@@ -418,8 +399,6 @@ def forward_plan_from(cfg: KernelConfig, m: int, num_sms: int, mode: str, n: int
                            splits, slots)  # fmt: skip
     tile_m = fill_sms(cfg.tile_m, m, num_sms)
     row_tiles = -(-m // tile_m)
-    if cfg.kernel == "row":
-        return ForwardPlan(mode, "row", tile_m, cfg.tile_n, row_tiles, 1, cfg.warps, cfg.memory)
     grid = row_tiles if cfg.schedule == "per_tile" else grid_size(m, tile_m, cfg.blocks_per_sm, num_sms)
     return ForwardPlan(mode, cfg.kernel, tile_m, cfg.tile_n, grid, cfg.blocks_per_sm, cfg.warps, cfg.memory,
                        tail=cfg.tail, schedule=cfg.schedule)  # fmt: skip
@@ -435,26 +414,21 @@ def plan_forward(
     elem_size: int = 2,
     device_key: str | None = None,
     allow_split: bool = True,
-    allow_row: bool = True,
 ) -> ForwardPlan:
     """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
     on a GPU with num_sms SMs (device_key: see tables.lookup; None: defaults only).
 
     mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
     table's chunked or split config); "gather" always takes the fixed GATHER config.
-    allow_split=False (a caller without the split kernels) never plans a split kernel;
-    allow_row=False (a caller without the row kernels) and mode "persistent" run a row config's
-    fallback (row_fallback).
+    allow_split=False (a caller without the split kernels) never plans a split kernel.
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     if mode == "gather":
         return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode, n)
     cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
-    if cfg.kernel == "row" and (not allow_row or mode == "persistent"):
-        cfg = row_fallback(cfg)
-    if mode is None:  # a row plan is a block per row group, as gather's is
-        mode = "gather" if cfg.kernel in ("chunked", "row") else "persistent"
+    if mode is None:
+        mode = "gather" if cfg.kernel == "chunked" else "persistent"
     return forward_plan_from(cfg, m, num_sms, mode, n)
 
 
@@ -583,7 +557,4 @@ def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, fro
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
                     add(op, dataclasses.replace(cfg, tile_m=tm, tile_n=tn), sizes)
     add("forward", GATHER, both)
-    for cfg, sizes in list(out["forward"].items()):
-        if cfg.kernel == "row":
-            add("forward", row_fallback(cfg), sizes)
     return out

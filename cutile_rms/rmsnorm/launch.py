@@ -73,8 +73,6 @@ _FORWARD = {
     ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
     ("split", True): HintVariants(K.rms_fwd_split),
     ("split", False): HintVariants(K.rms_fwd_split_infer),
-    ("row", True): HintVariants(K.rms_fwd_row),
-    ("row", False): HintVariants(K.rms_fwd_row_infer),
 }
 _BACKWARD = {
     "tile": HintVariants(K.rms_bwd_tile),
@@ -124,7 +122,7 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
 
 
 def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
-    """The forward kernel object of a kind ("tile", "chunked", "split" or "row") and hints
+    """The forward kernel object of a kind ("tile", "chunked" or "split") and hints
     (occupancy, warps), with or without the rstd store."""
     return _FORWARD[kind, store_rstd][hints]
 
@@ -159,11 +157,7 @@ def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: floa
         tiles += _split_consts(plan.splits, plan.slots)
     elif plan.kernel == "tile":
         tiles += (plan.tail,)
-    if plan.kernel == "row":  # no memory knobs; bounds checks only where the tiles overhang x
-        m, n = x.shape
-        consts = (*tiles, casting, has_weight, n != plan.tile_n or m % plan.tile_m != 0)
-    else:
-        consts = (*tiles, casting, has_weight, *plan.memory)
+    consts = (*tiles, casting, has_weight, *plan.memory)
     extra = (slots,) if plan.kernel == "split" else ()
     if rstd is None:
         return (x, w, y, *extra, float(eps), float(offset), *consts)
@@ -221,12 +215,11 @@ def launch_backward(
         launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
-def forward_plan(x, mode, device, allow_split: bool = True, allow_row: bool = True) -> ForwardPlan:
+def forward_plan(x, mode, device, allow_split: bool = True) -> ForwardPlan:
     """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
     key = device.key
-    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split,
-                        allow_row=allow_row)  # fmt: skip
+    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
 
 
 def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = False) -> BackwardPlan:

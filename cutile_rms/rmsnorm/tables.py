@@ -80,10 +80,13 @@ def parse(doc: dict, source: str) -> dict:
             raise ValueError(f"{source}: schedule must be a string, and stride for a backward, got {schedule!r}")
         if int(e["bucket"]) < 1 or int(e["bucket"]) & (int(e["bucket"]) - 1):
             raise ValueError(f"{source}: bucket must be a power of two (no exact row lengths), got {e['bucket']!r}")
-        if e["kernel"] == "row" and not e["op"].startswith("forward"):
-            raise ValueError(f"{source}: the row kernel is a forward, not a {e['op']!r} entry")
+        kernel, blocks = str(e["kernel"]), int(e["blocks_per_sm"])
+        if kernel == "row":  # removed in session 12 (config.KERNELS): its tile fallback
+            if not e["op"].startswith("forward"):
+                raise ValueError(f"{source}: the row kernel is a forward, not a {e['op']!r} entry")
+            kernel, blocks, tma_store, latency = "tile", 4, False, None
         out[(e["op"], int(e["elem_size"]), int(e["bucket"]))] = (
-            str(e["kernel"]), int(e["tile_m"]), int(e["tile_n"]), int(e["blocks_per_sm"]),
+            kernel, int(e["tile_m"]), int(e["tile_n"]), blocks,
             None if warps is None else int(warps), tma_store, None if latency is None else int(latency),
             int(e.get("tail", 0)), schedule,
         )  # fmt: skip

@@ -23,7 +23,7 @@ _BWD_CHUNKED = HintVariants(K.fused_add_bwd_chunked)
 def _forward(flavour, arrays, weight, eps, offset, casting, mode, device, stream):
     x = arrays[0]
     m, n = x.shape
-    plan = forward_plan(x, mode, device, allow_split=False, allow_row=False)  # none of those here
+    plan = forward_plan(x, mode, device, allow_split=False)  # no split kernels here
     tiles, chunked = _FORWARD[flavour]
     has_weight = weight is not None
     args = (*arrays[:2], weight if has_weight else x, *arrays[2:], float(eps), float(offset), plan.tile_m,
