@@ -13,6 +13,8 @@ import torch
 from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
+from cutile_rms.rows import launch as RL
+from cutile_rms.rows.plan import plan as rows_plan
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -195,22 +197,18 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
 
 def _rows_plan(op: str, x: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
-    needed). A plan of None with rows means rows too long for them: the core kernels run."""
-    from cutile_rms.rows.plan import plan
-
+    needed). A plan of None with rows: the rules leave them to the core kernels."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
     n = x.shape[-1]
     if a * b == 0:
         return None, a, b, n
-    return plan(op, a, b, n, x.element_size(), _target(x.get_device())[1].num_sms), a, b, n
+    return rows_plan(op, a, b, n, x.element_size(), _target(x.get_device())[1].num_sms), a, b, n
 
 
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     """forward() on the row-tile kernels, or None when their rules leave x's rows to the core
     plan (cutile_rms.rows.plan: rows too long, or 16-bit rows not a multiple of 16 long)."""
-    from cutile_rms.rows import launch as RL
-
     p, a, b, n = _rows_plan("forward", x)
     if p is None and a * b:
         return None
@@ -226,8 +224,6 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
 def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
     """backward() on the experimental row-tile kernels (mode "rows"), or None when their rules
     leave x's rows to the core plan."""
-    from cutile_rms.rows import launch as RL
-
     p, a, b, n = _rows_plan("backward", x)
     if p is None and a * b:
         return None
