@@ -203,12 +203,14 @@ def _rows_plan(op: str, x: torch.Tensor):
     n = x.shape[-1]
     if a * b == 0:
         return None, a, b, n
-    return rows_plan(op, a, b, n, x.element_size(), _target(x.get_device())[1].num_sms), a, b, n
+    index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
+    info = INTERPRET_DEVICE if index < 0 else device_info(index)
+    return rows_plan(op, a, b, n, x.element_size(), info.num_sms), a, b, n
 
 
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
-    """forward() on the row-tile kernels, or None when their rules leave x's rows to the core
-    plan (cutile_rms.rows.plan: rows too long, or 16-bit rows not a multiple of 16 long)."""
+    """forward() on the row-tile kernels, or None when their rules (cutile_rms.rows.plan) leave
+    x's rows to the core plan."""
     p, a, b, n = _rows_plan("forward", x)
     if p is None and a * b:
         return None
