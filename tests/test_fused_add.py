@@ -15,7 +15,7 @@ import torch
 
 from cutile_rms import ExperimentalKernelWarning, _launch, rms_norm
 from cutile_rms.experimental import fused_add_rms_norm, fused_add_rms_norm_
-from tests.reference import FP32_ARITH_RTOL, UNIT_ROUNDOFF, Y_ROUNDINGS, Tol, check_all
+from tests.reference import FP32_ARITH_RTOL, UNIT_ROUNDOFF, Y_ROUNDINGS, Tol, check_all, dw_term_scale
 
 pytestmark = pytest.mark.experimental
 
@@ -102,6 +102,7 @@ def test_forward_and_backward(dev, shape, x_dtype, r_dtype, s_arg, gen):
         {"y": y, "residual_out": s, "dx": xg.grad, "dresidual": rg.grad, "dw": wg.grad},
         {"y": ry, "residual_out": rs, "dx": rds, "dresidual": rds, "dw": rdw},
         tols,
+        {"dw": dw_term_scale(rs, dy, EPS)},
     )
     assert xg.grad.dtype == x_dtype and rg.grad.dtype == r_dtype
     assert torch.equal(x, x0) and torch.equal(r, r0)  # inputs untouched
@@ -124,7 +125,7 @@ def test_variants(dev, casting, offset, has_weight, shape, gen):
     ref = {"y": ry, "residual_out": rs, "dx": rds, "dresidual": rds}
     if w is not None:
         out["dw"], ref["dw"] = wg.grad, rdw
-    check_all(out, ref, tols)
+    check_all(out, ref, tols, {"dw": dw_term_scale(rs, dy, EPS)})
 
 
 def test_y_is_rms_norm_of_residual_out(dev, gen):
