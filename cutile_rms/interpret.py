@@ -23,8 +23,11 @@ of cuTile's semantics -- not NumPy's:
 Any other cuTile operation raises :class:`InterpreterUnsupportedError` naming it.
 
 Blocks run one after another in the order of their ids, so this finds wrong indexing, padding
-and rounding, not races. A kernel that calls an atomic may wait for other blocks (the split
-kernels do), so its blocks run at once, one thread each. Enable it with
+and rounding, not races. It is also the harshest schedule for kernels that exchange values
+through atomics: a block never sees a later block's writes, so a kernel that waited on one
+without bound would hang here (a split block polls for its partners a bounded number of
+times, then puts the row tile aside and reads the whole row itself later: kernels.SPIN_LIMIT).
+Enable it with
 ``CUTILE_RMS_INTERPRET=1`` (read once, at import) or :func:`enable` / :func:`interpreting`; the
 public API then takes CPU tensors.
 """
@@ -38,7 +41,6 @@ import itertools
 import math
 import os
 import threading
-import time
 import types
 import typing
 
@@ -445,14 +447,11 @@ def scatter(array, indices, value, *, mask=None, check_bounds=True, latency=None
     array._a[tuple(i[ok] for i in idx)] = vals[ok].astype(array._a.dtype)
 
 
-_ATOMIC_LOCK = threading.Lock()
-_ABORT = threading.Event()  # set when a block of a concurrent launch failed: its partners stop
+_ATOMIC_LOCK = threading.Lock()  # launches on several Python threads (the concurrent-callers test)
 
 
 def _atomic(op, fn):
     def atomic(array, indices, update, *, check_bounds=True, memory_order=None, memory_scope=None):
-        if _ABORT.is_set():
-            raise InterpreterError("another block of this launch failed")
         idx, ok = _index_arrays(op, array, indices, None)
         if not ok.all():
             raise InterpreterError(f"ct.{op}: an index is out of bounds")
@@ -461,7 +460,6 @@ def _atomic(op, fn):
         with _ATOMIC_LOCK:
             old = array._a[at].copy()
             array._a[at] = fn(old, np.broadcast_to(u._a, old.shape).astype(array._a.dtype))
-        time.sleep(0)  # let a block this one may be waiting for run
         return Tile(old, array.dtype)
 
     atomic.__name__ = op
@@ -684,9 +682,6 @@ def launch(grid, kernel, args) -> None:
         raise TypeError(f"{kernel._pyfunc.__name__} takes {len(consts)} arguments, got {len(args)}")
     kargs = [_kernel_arg(a, c) for a, c in zip(args, consts, strict=False)]
     blocks = list(itertools.product(range(dims[0]), range(dims[1]), range(dims[2])))
-    if _uses_atomics(kernel._pyfunc):
-        _run_concurrently(fn, kargs, blocks, dims)
-        return
     _grid.dims = dims
     try:
         for b in blocks:
@@ -694,35 +689,3 @@ def launch(grid, kernel, args) -> None:
             fn(*kargs)
     finally:
         _grid.bid, _grid.dims = (0, 0, 0), (1, 1, 1)
-
-
-@functools.lru_cache(maxsize=256)
-def _uses_atomics(fn) -> bool:
-    """Whether fn, or a tile helper it calls, calls a ct.atomic_* operation."""
-    names = fn.__code__.co_names
-    if any(name.startswith("atomic_") for name in names):
-        return True
-    helpers = (fn.__globals__.get(name) for name in names)
-    return any(_uses_atomics(h.__wrapped__) for h in helpers if _is_tile_function(h))
-
-
-def _run_concurrently(fn, kargs, blocks, dims) -> None:
-    """Every block in its own thread, all at once (as the split kernels' blocks must run)."""
-    errors = []
-
-    def run(b):
-        _grid.bid, _grid.dims = b, dims
-        try:
-            fn(*kargs)
-        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
-            errors.append(e)
-            _ABORT.set()
-
-    _ABORT.clear()
-    threads = [threading.Thread(target=run, args=(b,), daemon=True) for b in blocks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]

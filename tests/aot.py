@@ -115,13 +115,13 @@ def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
 def _fwd_split_params(x, w, tile_m, tile_n, splits, casting, store_rstd, memory=NO_MEMORY_KNOBS):
     rstd = [mvec()] if store_rstd else []
     return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 2, 1), F32, F32, tile_m, tile_n,
-            splits, C.next_pow2(splits), casting, w is not None, *memory]  # fmt: skip
+            splits, C.next_pow2(splits), K.SPIN_LIMIT, casting, w is not None, *memory]  # fmt: skip
 
 
 def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY_KNOBS):
     return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
             arr("float32", 2) if w else arr(x, 2), arr("int64", 2, 1), F32, tile_m, tile_n, splits,
-            C.next_pow2(splits), w is not None, round_xhat, *memory]  # fmt: skip
+            C.next_pow2(splits), K.SPIN_LIMIT, w is not None, round_xhat, *memory]  # fmt: skip
 
 
 def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS, tail=0):

@@ -162,7 +162,7 @@ def test_split_plans_on_the_h200():
 
 def test_split_falls_back_where_it_cannot_run():
     """No split plan for callers without the split kernels, nor on a GPU with fewer SMs than
-    blocks per row (they must all run at once): the bucket's default serves. A row that fits
+    blocks per row (more than can run at once): the bucket's default serves. A row that fits
     one segment takes the tile kernel."""
     default = C.DEFAULT_TABLE["forward"][65536]
     for p in (C.plan_forward(1024, 65536, 132, elem_size=4, device_key=H200, allow_split=False),

@@ -14,6 +14,7 @@ import torch
 from cutile_rms import RMSNorm, interpret, rms_norm, rms_norm_backward, rms_norm_forward
 from cutile_rms._device import DeviceInfo
 from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm.config import kernel_config, plan_forward
 from cutile_rms.rmsnorm.launch import (
     _slots,
@@ -51,10 +52,10 @@ def forward_workspace(fplan, device):
     return _slots(fplan, int64)
 
 
-def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=None):
+def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=None, polls=None):
     """Forward then backward through the framework-free launchers, all outputs NaN-poisoned,
     planned for x's device (or for ``info``, a DeviceInfo), or run with ``plans`` (forward
-    plan, backward plan) when given."""
+    plan, backward plan) when given; polls: the split kernels' poll bound (launch_forward)."""
     dev = x.device
     m, n = x.shape
     stream, dev_info = launch_target(dev)
@@ -65,7 +66,7 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=N
     rstd = nan_like((m,), torch.float32, dev)
     fplan, plan = plans or (forward_plan(x, mode, info), backward_plan(x, info))
     zeros = lambda shape: torch.zeros(shape, dtype=torch.int64, device=dev)  # noqa: E731
-    launch_forward(fplan, x, w, y, rstd, eps, offset, code, stream, forward_workspace(fplan, dev))
+    launch_forward(fplan, x, w, y, rstd, eps, offset, code, stream, forward_workspace(fplan, dev), polls)
 
     dx = nan_like((m, n), x.dtype, dev)
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
@@ -77,15 +78,15 @@ def run_poisoned(x, dy, w, *, mode, casting, offset, eps=EPS, info=None, plans=N
         arrays = tuple(None if a is None else as_words(a) for a in arrays)
     bx, bdy, bw, bdx, bdw = arrays
     launch_backward(plan, bx, bdy, bw, rstd, bdx, bdw, partial, row_dot, offset, code, stream, slots,
-                    half_code(x.dtype))  # fmt: skip
+                    half_code(x.dtype), polls)  # fmt: skip
     _sync(dev)
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
 
-def check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None, plans=None):
+def check_variant(dev, shape, dtype, mode, casting, has_weight, offset, gen, w_dtype=None, plans=None, polls=None):
     x, dy, w = make_inputs(shape, dtype, dev, w_dtype=w_dtype, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0, w0 = x.clone(), dy.clone(), (None if w is None else w.clone())
-    out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset, plans=plans)
+    out = run_poisoned(x, dy, w, mode=mode, casting=casting, offset=offset, plans=plans, polls=polls)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
     tols = tolerances(dtype, None if w is None else w.dtype, casting)
     check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tols, {"dw": dw_term_scale(x, dy, EPS)})
@@ -182,6 +183,35 @@ def test_split_rows_with_a_partial_last_segment(dev, dtype, gen):
     plans = (C.forward_plan_from(cfg, m, sms, "persistent", n), C.backward_plan_from(cfg, cfg, m, n, sms))
     assert plans[0].splits == plans[1].num_chunks == 3 and plans[0].slots[1] == 4
     check_variant(dev, (m, n), dtype, None, "llama", True, 0.0, gen, plans=plans)
+
+
+@pytest.mark.parametrize("has_weight,offset", AFFINE, ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_blocks_put_aside_what_their_partners_have_not_published(dev, dtype, has_weight, offset, gen):
+    """No split block waits for a partner without bound (issue #20). With one poll, a block
+    whose partners have not published a row tile puts it aside and, after its other row tiles,
+    finishes it by reading the whole rows itself; forward and backward still match the
+    reference. The interpreter runs blocks one at a time, so there every partner but the last
+    of a group finds the others missing at every row tile (its slots carry the mark), and the
+    last finds them all published: both paths in one launch, and no wait on a block that is
+    not running. On a GPU, one poll makes blocks put aside whatever a partner has not yet
+    published: the hardware path of the same code."""
+    m, n = 37, 1000  # 4 segments of 256 (the last 232 wide); 19 row tiles of 2 rows
+    sms = launch_target(torch.device(dev))[1].num_sms
+    cfg = C.split(2, 256, 1)
+    plans = (C.forward_plan_from(cfg, m, sms, "persistent", n), C.backward_plan_from(cfg, cfg, m, n, sms))
+    assert plans[0].splits == plans[1].num_chunks == 4
+    check_variant(dev, (m, n), dtype, None, "llama", has_weight, offset, gen, plans=plans, polls=1)
+    if dev != "cpu":
+        return
+    x, _, w = make_inputs((m, n), dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    stream, _ = launch_target(x.device)
+    slots = forward_workspace(plans[0], dev)
+    y = nan_like((m, n), dtype, dev)
+    launch_forward(plans[0], x, w, y, None, EPS, offset, casting_code("llama", dtype == torch.float32), stream, slots)
+    rows = plans[0].tile_m * -(-m // plans[0].tile_m)
+    assert torch.all(slots[:rows, :3] >= K.PUT_ASIDE) and torch.all(slots[:rows, 3] < K.PUT_ASIDE)
+    assert torch.all(slots[:rows, :4] & K.SLOT_FLAG != 0)  # every partial was published all the same
 
 
 @pytest.mark.parametrize("casting", CASTINGS)

@@ -73,7 +73,7 @@ def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
             op = m.group(1) + (m.group(2) or "")
             ops[re.sub(r"\.(E|CONSTANT|STRONG|GPU|SYS|EF|EL|LU|ZFILL|LTC\d+B)\b", "", op)] += 1
     out["ops"] = dict(ops)
-    out["instructions"] = sum(1 for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line))
+    out["instructions"] = sum(1 for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line))
     return out
 
 

@@ -45,10 +45,12 @@ KERNELS = ("tile", "chunked", "split", "packed")
 # as their tile fallback (tables.parse).
 
 # Split rows (kernel "split"): a row of n elements is shared by cdiv(n, tile_n) blocks, 2 to
-# MAX_SPLIT of them, that exchange partial sums through global memory while they all run. A
-# group of partners must fit on the GPU at once, so a split plan needs split <= SMs x blocks per
-# SM; where it does not fit, or where the caller cannot run split kernels, the plan falls back
-# to the architecture-neutral default for the row bucket.
+# MAX_SPLIT of them, that exchange partial sums through global memory. They are fast only
+# when a whole group runs at once (a block whose partners have not run puts its row tile aside
+# and later reads the whole row itself: kernels.SPIN_LIMIT; it never waits for them without
+# bound), so a split plan needs split <= SMs x blocks per SM; where it does not fit, or where
+# the caller cannot run split kernels, the plan falls back to the architecture-neutral default
+# for the row bucket.
 MAX_SPLIT = 16
 
 # Packed words (kernel "packed", backward of 16-bit inputs only): the tile backward on int32

@@ -16,6 +16,7 @@ no such view).
 
 import threading
 
+from cutile_rms import interpret
 from cutile_rms._launch import launch, with_hints
 from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm.config import (
@@ -133,28 +134,37 @@ def backward_kernel(kind: str, hints: tuple):
     return _BACKWARD[kind][hints]
 
 
-def _split_consts(splits: int, slots_shape: tuple) -> tuple:
-    """The split kernels' SPLIT and SLOTS_W constants."""
-    return (splits, slots_shape[1])
+def _split_consts(splits: int, slots_shape: tuple, polls: int | None) -> tuple:
+    """The split kernels' SPLIT, SLOTS_W and POLLS constants. POLLS (how many times a block
+    polls for its partners before it puts a row tile aside, kernels.SPIN_LIMIT): polls, else
+    SPIN_LIMIT, or 1 in the CPU interpreter, where no partner publishes while a block polls."""
+    if polls is None:
+        polls = 1 if interpret.is_enabled() else K.SPIN_LIMIT
+    if not 1 <= polls <= K.SPIN_LIMIT:
+        raise ValueError(f"polls must be in [1, {K.SPIN_LIMIT}], got {polls}")
+    return (splits, slots_shape[1], polls)
 
 
-def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream, slots=None):
+def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream, slots=None,
+                   polls: int | None = None):  # fmt: skip
     """y = rms_norm(x) * (offset + weight); rstd (m,) fp32 is stored unless it is None.
 
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
-    plan, a zero-filled int64 array of shape plan.slots (ignored otherwise).
+    plan, a zero-filled int64 array of shape plan.slots (ignored otherwise); polls: the split
+    kernels' poll bound (_split_consts; tests lower it to make blocks put row tiles aside).
     """
-    args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots)
+    args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots, polls)
     launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
 
 
-def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None) -> tuple:
+def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None,
+                 polls: int | None = None) -> tuple:  # fmt: skip
     """The arguments of plan's forward kernel (launch_forward; the tuner times them too)."""
     has_weight = weight is not None
     w = weight if has_weight else x
     tiles = (plan.tile_m, plan.tile_n)
     if plan.kernel == "split":
-        tiles += _split_consts(plan.splits, plan.slots)
+        tiles += _split_consts(plan.splits, plan.slots, polls)
     elif plan.kernel == "tile":
         tiles += (plan.tail,)
     consts = (*tiles, casting, has_weight, *plan.memory)
@@ -179,12 +189,14 @@ def launch_backward(
     stream,
     slots=None,
     half=K.HALF_BF16,
+    polls: int | None = None,
 ):
     """dx (and dw unless weight is None) of y = rms_norm(x) * (offset + weight).
 
     Workspaces (allocated by the caller): dw_partial (fp32, contents ignored) of shape
     plan.partial_shape(n) when there is a weight, row_dot (fp32) of shape (m,) when
-    plan.needs_row_dot, slots (int64, zero-filled) of shape plan.slots for a split plan.
+    plan.needs_row_dot, slots (int64, zero-filled) of shape plan.slots for a split plan
+    (polls: see launch_forward).
     dw has weight's shape and dtype. For a packed plan x, dy, weight, dx and dw are int32 word
     views (n / 2 words per row) and half names their 16-bit type (half_code).
     """
@@ -199,7 +211,7 @@ def launch_backward(
         launch(stream, (plan.partial_rows,), _BACKWARD[plan.kernel][plan.hints], args)
     elif plan.kernel == "split":
         args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,
-                *_split_consts(plan.num_chunks, plan.slots), has_weight, round_xhat, *plan.memory)  # fmt: skip
+                *_split_consts(plan.num_chunks, plan.slots, polls), has_weight, round_xhat, *plan.memory)  # fmt: skip
         launch(stream, (plan.partial_rows * plan.num_chunks,), _BACKWARD["split"][plan.hints], args)
     else:
         dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
