@@ -17,7 +17,7 @@ of cuTile's semantics -- not NumPy's:
   even (bf16 through ml_dtypes); every arithmetic op rounds to its result dtype;
 - ``gather``/``scatter`` with bounds and masks, ``bid``/``num_blocks``, ``Constant``
   parameters, ``range`` and ``while`` loops;
-- ``atomic_add``/``atomic_xchg`` (index tiles as for gather; every lane in bounds), each
+- ``atomic_add``/``atomic_xchg``/``atomic_max`` (index tiles as for gather; every lane in bounds), each
   atomic as a whole under one lock, ``bitcast``, and the bit operators ``& | << >>``.
 
 Any other cuTile operation raises :class:`InterpreterUnsupportedError` naming it.
@@ -122,11 +122,13 @@ with contextlib.suppress(ImportError):
     import ml_dtypes
 
     _NP[ct.bfloat16] = np.dtype(ml_dtypes.bfloat16)
+    _NP[ct.float8_e4m3fn] = np.dtype(ml_dtypes.float8_e4m3fn)
+    _NP[ct.float8_e5m2] = np.dtype(ml_dtypes.float8_e5m2)
 _CT = {v: k for k, v in _NP.items()}
 
-_FLOATS = (ct.float16, ct.bfloat16, ct.float32, ct.float64)
+_FLOATS = (ct.float8_e4m3fn, ct.float8_e5m2, ct.float16, ct.bfloat16, ct.float32, ct.float64)
 _INTS = (ct.int8, ct.int16, ct.int32, ct.int64)
-_WIDTH = {ct.float16: 16, ct.bfloat16: 16, ct.float32: 32, ct.float64: 64,
+_WIDTH = {ct.float8_e4m3fn: 8, ct.float8_e5m2: 8, ct.float16: 16, ct.bfloat16: 16, ct.float32: 32, ct.float64: 64,
           ct.int8: 8, ct.int16: 16, ct.int32: 32, ct.int64: 64, ct.bool_: 1}  # fmt: skip
 
 
@@ -296,6 +298,9 @@ def _to_numpy(obj) -> np.ndarray:
         t = obj.detach()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(_np_dtype(ct.bfloat16))
+        if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # NumPy has no FP8: ml_dtypes' views
+            fp8 = ct.float8_e4m3fn if t.dtype == torch.float8_e4m3fn else ct.float8_e5m2
+            return t.view(torch.int8).numpy().view(_np_dtype(fp8))
         return t.numpy()
     if hasattr(obj, "__dlpack__"):
         return np.from_dlpack(obj)
@@ -468,6 +473,7 @@ def _atomic(op, fn):
 
 atomic_add = _atomic("atomic_add", lambda old, u: old + u)
 atomic_xchg = _atomic("atomic_xchg", lambda old, u: u)
+atomic_max = _atomic("atomic_max", np.maximum)
 
 
 def bitcast(x, dtype):
@@ -505,12 +511,13 @@ def ct_sum(x, axis=None, *, keepdims=False, rounding_mode=None, flush_to_zero=Fa
     return _reduce(np.add, x, axis, keepdims, "sum")
 
 
-def ct_max(x, axis=None, *, keepdims=False, **_):
-    return _reduce(np.maximum, x, axis, keepdims, "max")
+def ct_max(x, axis=None, *, keepdims=False, propagate_nan=False, **_):
+    """cuTile's max: a NaN loses to any number unless propagate_nan (as PTX max does)."""
+    return _reduce(np.maximum if propagate_nan else np.fmax, x, axis, keepdims, "max")
 
 
-def ct_min(x, axis=None, *, keepdims=False, **_):
-    return _reduce(np.minimum, x, axis, keepdims, "min")
+def ct_min(x, axis=None, *, keepdims=False, propagate_nan=False, **_):
+    return _reduce(np.minimum if propagate_nan else np.fmin, x, axis, keepdims, "min")
 
 
 def astype(x, dtype, *, rounding_mode=None):
@@ -542,12 +549,18 @@ exp = _unary(np.exp, "exp")
 log = _unary(np.log, "log")
 
 
-def maximum(x, y):
-    return x._binary(y, np.maximum) if isinstance(x, Tile) else y._binary(x, np.maximum, True)
+def maximum(x, y, *, propagate_nan=False):
+    fn = np.maximum if propagate_nan else np.fmax  # a NaN loses unless propagate_nan, as in ct.max
+    return x._binary(y, fn) if isinstance(x, Tile) else y._binary(x, fn, True)
 
 
-def minimum(x, y):
-    return x._binary(y, np.minimum) if isinstance(x, Tile) else y._binary(x, np.minimum, True)
+def minimum(x, y, *, propagate_nan=False):
+    fn = np.minimum if propagate_nan else np.fmin
+    return x._binary(y, fn) if isinstance(x, Tile) else y._binary(x, fn, True)
+
+
+def ct_abs(x):
+    return Tile(np.abs(x._a), x.dtype) if isinstance(x, Tile) else abs(x)
 
 
 def where(cond, x, y):
@@ -593,16 +606,16 @@ def arange(size, *, dtype, start=0, step=1):
 _EMULATED = {
     "bid": bid, "num_blocks": num_blocks, "cdiv": cdiv, "num_tiles": num_tiles,
     "load": load, "store": store, "gather": gather, "scatter": scatter,
-    "sum": ct_sum, "max": ct_max, "min": ct_min, "astype": astype,
+    "sum": ct_sum, "max": ct_max, "min": ct_min, "abs": ct_abs, "astype": astype,
     "rsqrt": rsqrt, "sqrt": sqrt, "exp": exp, "log": log, "maximum": maximum, "minimum": minimum,
     "where": where, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
     "full": full, "zeros": zeros, "ones": ones, "arange": arange,
-    "atomic_add": atomic_add, "atomic_xchg": atomic_xchg, "bitcast": bitcast,
+    "atomic_add": atomic_add, "atomic_xchg": atomic_xchg, "atomic_max": atomic_max, "bitcast": bitcast,
 }  # fmt: skip
 # Names that are values, not operations: the real objects serve.
 _PASSED_THROUGH = frozenset(("PaddingMode", "MemoryOrder", "MemoryScope", "Constant", "ConstantAnnotation", "DType",
                              "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                             "bool_"))  # fmt: skip
+                             "bool_", "float8_e4m3fn", "float8_e5m2"))  # fmt: skip
 
 
 class _CtNamespace(types.ModuleType):

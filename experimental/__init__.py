@@ -6,6 +6,8 @@ meet the promotion bar in CONTRIBUTING.md and move into ``cutile_rms/``.
 
 - ``fused_add_rms_norm(x, residual, weight, ...) -> (y, residual_out)`` and the in-place
   inference variant ``fused_add_rms_norm_`` (package ``fused_add``).
+- ``rms_norm_fp8(x, weight, eps, *, scale=None, out_dtype=torch.float8_e4m3fn, ...)`` -> (y, scale,
+  amax, rstd): RMSNorm that writes FP8, with a static or per-row dynamic scale (package ``fp8``).
 """
 
 import importlib
@@ -14,6 +16,8 @@ _API = {
     "FusedAddRMSNormFunction": "cutile_rms.experimental.fused_add.functional",
     "fused_add_rms_norm": "cutile_rms.experimental.fused_add.functional",
     "fused_add_rms_norm_": "cutile_rms.experimental.fused_add.functional",
+    "RMSNormFP8Output": "cutile_rms.experimental.fp8.functional",
+    "rms_norm_fp8": "cutile_rms.experimental.fp8.functional",
 }
 
 __all__ = sorted(_API)

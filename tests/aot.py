@@ -34,11 +34,25 @@ from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
-ARRAY_DTYPES = {**DTYPES, "int64": ct.int64, "int32": ct.int32}  # the split slots, the packed words
+ARRAY_DTYPES = {
+    **DTYPES,
+    "int64": ct.int64,
+    "int32": ct.int32,  # the split slots, the packed words
+    "float8_e4m3fn": ct.float8_e4m3fn,
+    "float8_e5m2": ct.float8_e5m2,
+}  # FP8 outputs
 F32 = ScalarConstraint(ct.float32)
 
 
-ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "int32": 4, "int64": 8}
+ELEMENT_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "float32": 4,
+    "int32": 4,
+    "int64": 8,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 # Set by unaligned() around the jobs of unaligned rows (one module-level switch, read by arr()).
 _ALIGNED = [True]
@@ -353,6 +367,7 @@ def jobs(arch: str = "sm_90") -> list:
     _unaligned_jobs(add)
     fused_jobs(add)
     _rows_jobs(add)
+    _fp8_jobs(add)
     return list(out.values())
 
 
@@ -438,3 +453,37 @@ if __name__ == "__main__":
         print(f"{arch}: {n} specializations, {len(failures)} failures, {time.time() - t:.0f} s")
         for f in failures:
             print(f)
+
+
+# Row lengths of the FP8 jobs: one piece in multi-row tiles, two pieces, the row-tile planner's
+# longest (three pieces at 8 warps) and a row past it (the chunked kernel).
+FP8_N = (128, 4096, 5120, 18432, 32768)
+
+
+def _fp8_job(add, label, n, x, w, casting, dynamic, fmt, store=False):
+    from cutile_rms.experimental.fp8 import launch as F8
+
+    p = F8.fp8_plan(4099, 1, n, ELEMENT_BYTES[x], 132)
+    consts = F8.constants(p, casting, w is not None, store, dynamic, fmt)
+    arrays = _rows_arrays(x, w, True, ["x", "w", "rstd_out"])
+    fp8 = "float8_e4m3fn" if fmt == 0 else "float8_e5m2"
+    arrays["y"] = dataclasses.replace(arr(fp8, 3), shape_constant=(None, 1, None))
+    rows_f32 = arrays["rstd_out"]
+    one = mvec()
+    arrays.update(scale=rows_f32 if dynamic else one, stat=rows_f32 if dynamic else mvec("int32"), eps=F32, offset=F32)
+    values = {**arrays, **consts}
+    kernel = F8._ROWS[p.rows.hints] if p.kernel == "rows" else F8.KERNELS["chunked"]
+    add(f"fp8 {label} n={n} {x} w={w} cast={casting} dynamic={dynamic} fmt={fmt} rstd={store} {p.kernel}", kernel,
+        [values[k] for k in F8.PARAMS[p.kernel]])  # fmt: skip
+
+
+def _fp8_jobs(add):
+    """The experimental FP8-output forward: each FP8_N (bf16, static and dynamic scales), every
+    flag value pairwise at 4096, and the chunked kernel's other flags once (fp32, e5m2, rstd)."""
+    for n in FP8_N:
+        for dynamic in (True, False):
+            _fp8_job(add, "plan", n, "bfloat16", "bfloat16", K.CAST_LLAMA, dynamic, 0)
+    for x in DTYPES:
+        for w, casting, dynamic, fmt, store in pairwise([x, None], _castings(x), (True, False), (0, 1), (True, False)):
+            _fp8_job(add, "flags", 4096, x, w, casting, dynamic, fmt, store)
+    _fp8_job(add, "flags", 32768, "float32", None, K.CAST_GEMMA, True, 1, True)

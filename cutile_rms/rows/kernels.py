@@ -80,6 +80,32 @@ def _sum_sq(t):
 
 
 @ct.function
+def _pieces(W0: C_INT, W1: C_INT, W2: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL):
+    """(j1, j2, check0, check1, check2): the column-tile indices of pieces 1 and 2, and whether
+    each piece's accesses need bounds checks (CHECK_A, or CHECK_N for the last piece)."""
+    j1 = W0 // max(W1, 1)
+    j2 = (W0 + W1) // max(W2, 1)
+    return j1, j2, CHECK_A or (CHECK_N and W1 == 0), CHECK_A or (CHECK_N and W1 > 0 and W2 == 0), CHECK_A or CHECK_N
+
+
+@ct.function
+def _load_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, C0: C_BOOL,
+                   C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL):  # fmt: skip
+    """(x0, x1, x2, sum of squares per row) of row tile (ia, ib); an absent piece is x0."""
+    x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA)
+    ss = _sum_sq(x0)
+    x1 = x0
+    x2 = x0
+    if W1 > 0:
+        x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA)
+        ss = ss + _sum_sq(x1)
+    if W2 > 0:
+        x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA)
+        ss = ss + _sum_sq(x2)
+    return x0, x1, x2, ss
+
+
+@ct.function
 def _tile(t, tiles_b):
     """(ia, ib) of row tile t."""
     return t // tiles_b, t % tiles_b
@@ -92,30 +118,17 @@ def rows_fwd(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C
     """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise)."""
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    last0 = W1 == 0
-    last1 = W1 > 0 and W2 == 0
-    j1 = W0 // max(W1, 1)
-    j2 = (W0 + W1) // max(W2, 1)
+    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, CHECK_A or (CHECK_N and last0), TMA)
-        ss = _sum_sq(x0)
-        if W1 > 0:
-            x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, CHECK_A or (CHECK_N and last1), TMA)
-            ss = ss + _sum_sq(x1)
-        if W2 > 0:
-            x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, CHECK_A or CHECK_N, TMA)
-            ss = ss + _sum_sq(x2)
+        x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
         rstd = ct.rsqrt(ss / n + eps)
-        _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype),
-               CHECK_A or (CHECK_N and last0))  # fmt: skip
+        _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype), c0)
         if W1 > 0:
-            _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype),
-                   CHECK_A or (CHECK_N and last1))  # fmt: skip
+            _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype), c1)
         if W2 > 0:
-            _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype),
-                   CHECK_A or CHECK_N)  # fmt: skip
+            _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype), c2)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
 
@@ -156,10 +169,7 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
     HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic."""
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    last0 = W1 == 0
-    last1 = W1 > 0 and W2 == 0
-    j1 = W0 // max(W1, 1)
-    j2 = (W0 + W1) // max(W2, 1)
+    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
     a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
     if W1 > 0:
@@ -173,14 +183,11 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
         else:
             r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
         rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
-        c0 = CHECK_A or (CHECK_N and last0)
         xh0, dy0, wdy0, c = _grad_piece(x, dy, ia, ib, 0, rstd, w0, TILE_A, TILE_B, W0, c0, TMA)
         if W1 > 0:
-            c1 = CHECK_A or (CHECK_N and last1)
             xh1, dy1, wdy1, part = _grad_piece(x, dy, ia, ib, j1, rstd, w1, TILE_A, TILE_B, W1, c1, TMA)
             c = c + part
         if W2 > 0:
-            c2 = CHECK_A or CHECK_N
             xh2, dy2, wdy2, part = _grad_piece(x, dy, ia, ib, j2, rstd, w2, TILE_A, TILE_B, W2, c2, TMA)
             c = c + part
         c = c / n
@@ -196,8 +203,8 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
             if HAS_WEIGHT:
                 a2 += _dw(dy2, xh2, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
-        _store_dw(dw_partial, 0, a0, W0, CHECK_N and last0)
+        _store_dw(dw_partial, 0, a0, W0, CHECK_N and W1 == 0)
         if W1 > 0:
-            _store_dw(dw_partial, j1, a1, W1, CHECK_N and last1)
+            _store_dw(dw_partial, j1, a1, W1, CHECK_N and W2 == 0)
         if W2 > 0:
             _store_dw(dw_partial, j2, a2, W2, CHECK_N)

@@ -1,0 +1,1 @@
+"""RMSNorm with FP8 output (experimental): kernels, launchers and the torch API."""

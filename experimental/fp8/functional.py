@@ -1,0 +1,132 @@
+"""RMSNorm with FP8 output, for torch (experimental): ``rms_norm_fp8``.
+
+Layers as in cutile_rms.rmsnorm: validation, an allocating implementation over the launcher
+(experimental.fp8.launch), and a ``torch.library`` custom op with a fake implementation that
+``torch.compile`` traces (outputs cannot be None in an op: an absent rstd is an empty tensor).
+"""
+
+from typing import NamedTuple
+
+import torch
+
+from cutile_rms.experimental.fp8 import kernels as K
+from cutile_rms.experimental.fp8 import launch as FL
+from cutile_rms.rmsnorm.torch_impl import (
+    _target,
+    check_device,
+    launch_on_device,
+    row_groups,
+    rows3,
+    unit_stride,
+    validate_x_weight,
+)
+
+__all__ = ["FP8_FORMATS", "RMSNormFP8Output", "rms_norm_fp8"]
+
+FP8_FORMATS = {torch.float8_e4m3fn: K.FMT_E4M3, torch.float8_e5m2: K.FMT_E5M2}
+_DTYPE_OF = {code: dtype for dtype, code in FP8_FORMATS.items()}
+
+
+class RMSNormFP8Output(NamedTuple):
+    """y: FP8, x's shape, contiguous. scale: the dequantization scale (y * scale ~ the
+    unquantized output): the given static scale, or the per-row scales (fp32, x.shape[:-1]).
+    amax: static scale only, the 1-element fp32 max |rms_norm(x) * (offset + weight)| before
+    scaling (for delayed-scaling recipes); None with dynamic scales. rstd: fp32,
+    x.shape[:-1], when x or the weight requires grad (else None): with it,
+    :func:`cutile_rms.rms_norm_backward` gives dx and dw for a gradient of the unquantized
+    output (the TransformerEngine pattern: the next GEMM's backward hands back a bf16 dy)."""
+
+    y: torch.Tensor
+    scale: torch.Tensor
+    amax: torch.Tensor | None
+    rstd: torch.Tensor | None
+
+
+def _check_scale(scale, x):
+    if scale is None:
+        return
+    if not isinstance(scale, torch.Tensor):
+        raise TypeError(f"scale must be a 1-element float32 tensor or None, got {type(scale).__name__}")
+    if scale.dtype != torch.float32 or scale.numel() != 1:
+        raise ValueError(f"scale must be a 1-element float32 tensor, got {tuple(scale.shape)} {scale.dtype}")
+
+
+def _check_fp8_device(x):
+    """FP8 conversion needs sm_89 or later."""
+    if x.is_cuda:
+        major, minor = torch.cuda.get_device_capability(x.device)
+        if (major, minor) < (8, 9):
+            raise RuntimeError(f"FP8 output needs a GPU of compute capability 8.9 or later, got {major}.{minor}")
+
+
+def fp8_forward(x, weight, scale, eps: float, offset: float, casting: int, fmt: int, store_rstd: bool):
+    """(y, stat, rstd): the allocating implementation. stat: the per-row scales (dynamic) or
+    the 1-element fp32 amax (static); rstd an empty (0,) tensor when not stored."""
+    n = x.shape[-1]
+    groups = row_groups(x)
+    a, b = groups if groups else (x.numel() // max(1, n), 1)
+    y = torch.empty(x.shape, dtype=_DTYPE_OF[fmt], device=x.device)
+    rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else x.new_empty((0,), dtype=torch.float32)
+    stat = x.new_empty(x.shape[:-1], dtype=torch.float32) if scale is None else x.new_zeros((1,), dtype=torch.float32)
+    if a * b == 0:
+        return y, stat, rstd
+    info = _target(x.get_device())[1]
+    p = FL.fp8_plan(a, b, n, x.element_size(), info.num_sms)
+    args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), rstd.view(a, b) if store_rstd else None,
+            None if scale is None else scale.detach().reshape(1), stat.view(a, b) if scale is None else
+            stat.view(torch.int32), eps, offset, casting, fmt)  # fmt: skip
+    launch_on_device(x, FL.run_forward, *args)
+    return y, stat, rstd
+
+
+@torch.library.custom_op(
+    "cutile_rms::rms_norm_fp8",
+    mutates_args=(),
+    schema="(Tensor x, Tensor? weight, Tensor? scale, float eps, float offset, int casting, int fmt, "
+    "bool store_rstd) -> (Tensor, Tensor, Tensor)",
+)
+def rms_norm_fp8_op(x, weight, scale, eps, offset, casting, fmt, store_rstd):
+    return fp8_forward(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+
+
+@rms_norm_fp8_op.register_fake
+def _(x, weight, scale, eps, offset, casting, fmt, store_rstd):
+    y = torch.empty(x.shape, dtype=_DTYPE_OF[fmt], device=x.device)
+    stat = x.new_empty(x.shape[:-1], dtype=torch.float32) if scale is None else x.new_empty((1,), dtype=torch.float32)
+    rstd = x.new_empty(x.shape[:-1] if store_rstd else (0,), dtype=torch.float32)
+    return y, stat, rstd
+
+
+def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8_e4m3fn, offset=0.0,
+                 casting_mode="llama") -> RMSNormFP8Output:  # fmt: skip
+    """``y = saturate(rne(x / sqrt(mean(x**2, dim=-1) + eps) * (offset + weight) / s))`` in FP8.
+
+    With a static ``scale`` (a 1-element float32 tensor on x's device, the dequantization scale)
+    s is that scale and ``amax`` is returned; with ``scale=None`` each row gets its own
+    ``s = max(max|row| / FP8_MAX, 2**-126)`` (per-token dynamic quantization), returned as
+    ``scale``. Rounding is to nearest even, saturated to the format's finite range (+-448 for
+    ``torch.float8_e4m3fn``, +-57344 for ``torch.float8_e5m2``); a NaN row stays NaN. The
+    casting mode's rounding comes before the division (llama: xhat rounded to x's dtype), as in
+    :func:`cutile_rms.rms_norm`. x, weight, eps, offset and casting_mode: as there.
+
+    Returns an :class:`RMSNormFP8Output` (y, scale, amax, rstd). The op itself has no
+    gradient: for training, take ``rstd`` (returned when x or weight requires grad) to
+    :func:`cutile_rms.rms_norm_backward` with the gradient of the unquantized output.
+    """
+    casting = validate_x_weight(x, weight, eps, offset, casting_mode)
+    if out_dtype not in FP8_FORMATS:
+        raise TypeError(f"out_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {out_dtype}")
+    _check_scale(scale, x)
+    check_device(x, weight=weight, scale=scale)
+    _check_fp8_device(x)
+    store_rstd = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
+    eps, offset, fmt = float(eps), float(offset), FP8_FORMATS[out_dtype]
+    if torch.compiler.is_compiling():
+        y, stat, rstd = torch.ops.cutile_rms.rms_norm_fp8(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+    else:
+        with torch.no_grad():
+            y, stat, rstd = fp8_forward(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+    rstd = rstd if store_rstd else None
+    if scale is None:
+        return RMSNormFP8Output(y, stat, None, rstd)
+    return RMSNormFP8Output(y, scale, stat, rstd)
