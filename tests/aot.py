@@ -460,12 +460,13 @@ if __name__ == "__main__":
 FP8_N = (128, 4096, 5120, 18432, 32768)
 
 
-def _fp8_job(add, label, n, x, w, casting, dynamic, fmt, store=False):
+def _fp8_job(add, label, n, x, w, casting, dynamic, fmt, store=False, residual=None):
     from cutile_rms.experimental.fp8 import launch as F8
 
     p = F8.fp8_plan(4099, 1, n, ELEMENT_BYTES[x], 132)
-    consts = F8.constants(p, casting, w is not None, store, dynamic, fmt)
+    consts = F8.constants(p, casting, w is not None, store, dynamic, fmt, residual is not None)
     arrays = _rows_arrays(x, w, True, ["x", "w", "rstd_out"])
+    arrays["r"] = arrays["s_out"] = _rows_arrays(residual or x, w, True, ["x"])["x"]
     fp8 = "float8_e4m3fn" if fmt == 0 else "float8_e5m2"
     arrays["y"] = dataclasses.replace(arr(fp8, 3), shape_constant=(None, 1, None))
     rows_f32 = arrays["rstd_out"]
@@ -473,7 +474,8 @@ def _fp8_job(add, label, n, x, w, casting, dynamic, fmt, store=False):
     arrays.update(scale=rows_f32 if dynamic else one, stat=rows_f32 if dynamic else mvec("int32"), eps=F32, offset=F32)
     values = {**arrays, **consts}
     kernel = F8._ROWS[p.rows.hints] if p.kernel == "rows" else F8.KERNELS["chunked"]
-    add(f"fp8 {label} n={n} {x} w={w} cast={casting} dynamic={dynamic} fmt={fmt} rstd={store} {p.kernel}", kernel,
+    add(f"fp8 {label} n={n} {x} w={w} cast={casting} dynamic={dynamic} fmt={fmt} rstd={store} residual={residual} "
+        f"{p.kernel}", kernel,
         [values[k] for k in F8.PARAMS[p.kernel]])  # fmt: skip
 
 
@@ -487,3 +489,6 @@ def _fp8_jobs(add):
         for w, casting, dynamic, fmt, store in pairwise([x, None], _castings(x), (True, False), (0, 1), (True, False)):
             _fp8_job(add, "flags", 4096, x, w, casting, dynamic, fmt, store)
     _fp8_job(add, "flags", 32768, "float32", None, K.CAST_GEMMA, True, 1, True)
+    for n in (4096, 32768):  # the fused residual add: a same-dtype and an fp32 residual stream
+        _fp8_job(add, "residual", n, "bfloat16", "bfloat16", K.CAST_LLAMA, True, 0, residual="bfloat16")
+        _fp8_job(add, "residual", n, "bfloat16", "bfloat16", K.CAST_GEMMA, False, 0, True, residual="float32")

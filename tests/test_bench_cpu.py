@@ -248,6 +248,26 @@ def test_fused_add_bench_runs_through_the_interpreter(tmp_path):
     assert all(r["status"] == "missing" for r in rows if r["provider"] in ("liger", "torch_compile"))
 
 
+def test_fp8_byte_counts():
+    from bench.fp8 import op_bytes
+
+    m, n = 1000, 4096
+    # bf16 x read, FP8 y written, the weight; per-row fp32 scales (dynamic) or scale + amax.
+    assert op_bytes("fwd_fp8", m, n, "bfloat16", "dynamic") == m * n * 3 + n * 2 + 4 * m
+    assert op_bytes("fwd_fp8", m, n, "bfloat16", "static") == m * n * 3 + n * 2 + 8
+
+
+def test_fp8_bench_runs_through_the_interpreter(tmp_path):
+    """python -m bench.fp8 without a GPU: cutile_rms and torch are checked and timed."""
+    from bench import fp8
+
+    rows = read_csv_after(fp8.main, ["--out", str(tmp_path)], tmp_path)
+    ours = [r for r in rows if r["provider"] in ("cutile_rms", "torch")]
+    assert ours and all(r["status"] == "ok" and float(r["time_us"]) > 0 for r in ours)
+    assert {r["variant"] for r in ours} == {"static", "dynamic"}
+    assert all(r["status"] == "missing" for r in rows if r["provider"] in ("liger", "torch_compile"))
+
+
 def read_csv_after(main, argv, out):
     from cutile_rms import interpret
 

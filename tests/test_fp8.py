@@ -183,6 +183,24 @@ def test_fp8_bad_input_raises_before_launch(dev):
         rms_norm_fp8(x, scale=torch.ones(1, device="meta"))
 
 
+@pytest.mark.parametrize("shape", [(37, 1000), (3, 20000)], ids=["rows", "chunked"])
+@pytest.mark.parametrize("r_dtype,static", [(torch.bfloat16, True), (torch.float32, False)], ids=["bf16", "fp32"])
+def test_fp8_residual(dev, shape, r_dtype, static, gen):
+    """residual=: residual_out = x + residual (one rounding to the residual's dtype), bitwise;
+    y is the FP8 norm of it (the casting mode rounds in residual_out's dtype); inputs untouched."""
+    x, _, w = make_inputs(shape, torch.bfloat16, dev, generator=gen)
+    r = (2.0 * torch.randn(shape, generator=gen)).to(dev, r_dtype)
+    x0, r0 = x.clone(), r.clone()
+    scale = _scale_for(x, E4M3, dev) if static else None
+    out = rms_norm_fp8(x, w, EPS, scale=scale, residual=r)
+    s_ref = (x.float() + r.float()).to(r_dtype)
+    assert out.residual_out.dtype == r_dtype and torch.equal(out.residual_out, s_ref)
+    check_fp8(out.y, s_ref, w, 0.0, "llama", scale, E4M3)
+    assert torch.equal(x, x0) and torch.equal(r, r0)
+    with pytest.raises(ValueError, match="residual must have"):
+        rms_norm_fp8(x, w, EPS, residual=r[:1])
+
+
 def test_fp8_op_traces(dev):
     """The custom op's fake implementation agrees with the real one (torch.library.opcheck),
     static and dynamic, with and without rstd."""
@@ -192,5 +210,7 @@ def test_fp8_op_traces(dev):
     for scale, store in ((None, False), (s, True)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalKernelWarning)
-            torch.library.opcheck(torch.ops.cutile_rms.rms_norm_fp8.default, (x, w, scale, EPS, 0.0, 0, 0, store),
-                                  test_utils=("test_schema", "test_faketensor"))  # fmt: skip
+            for r in (None, torch.randn_like(x, dtype=torch.float32)):
+                args = (x, r, w, scale, EPS, 0.0, 0, 0, store)
+                torch.library.opcheck(torch.ops.cutile_rms.rms_norm_fp8.default, args,
+                                      test_utils=("test_schema", "test_faketensor"))  # fmt: skip

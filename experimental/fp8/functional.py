@@ -11,9 +11,11 @@ import torch
 
 from cutile_rms.experimental.fp8 import kernels as K
 from cutile_rms.experimental.fp8 import launch as FL
+from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import (
     _target,
     check_device,
+    check_tensor,
     launch_on_device,
     row_groups,
     rows3,
@@ -34,12 +36,15 @@ class RMSNormFP8Output(NamedTuple):
     scaling (for delayed-scaling recipes); None with dynamic scales. rstd: fp32,
     x.shape[:-1], when x or the weight requires grad (else None): with it,
     :func:`cutile_rms.rms_norm_backward` gives dx and dw for a gradient of the unquantized
-    output (the TransformerEngine pattern: the next GEMM's backward hands back a bf16 dy)."""
+    output (the TransformerEngine pattern: the next GEMM's backward hands back a bf16 dy).
+    residual_out: with a residual, x + residual in the residual's dtype (the normalized
+    input; pass it as x to rms_norm_backward), else None."""
 
     y: torch.Tensor
     scale: torch.Tensor
     amax: torch.Tensor | None
     rstd: torch.Tensor | None
+    residual_out: torch.Tensor | None = None
 
 
 def _check_scale(scale, x):
@@ -59,46 +64,51 @@ def _check_fp8_device(x):
             raise RuntimeError(f"FP8 output needs a GPU of compute capability 8.9 or later, got {major}.{minor}")
 
 
-def fp8_forward(x, weight, scale, eps: float, offset: float, casting: int, fmt: int, store_rstd: bool):
-    """(y, stat, rstd): the allocating implementation. stat: the per-row scales (dynamic) or
-    the 1-element fp32 amax (static); rstd an empty (0,) tensor when not stored."""
+def fp8_forward(x, residual, weight, scale, eps: float, offset: float, casting: int, fmt: int, store_rstd: bool):
+    """(y, stat, rstd, residual_out): the allocating implementation. stat: the per-row scales
+    (dynamic) or the 1-element fp32 amax (static); rstd an empty (0,) tensor when not stored,
+    residual_out when there is no residual."""
     n = x.shape[-1]
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, n), 1)
     y = torch.empty(x.shape, dtype=_DTYPE_OF[fmt], device=x.device)
     rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else x.new_empty((0,), dtype=torch.float32)
     stat = x.new_empty(x.shape[:-1], dtype=torch.float32) if scale is None else x.new_zeros((1,), dtype=torch.float32)
+    s_out = x.new_empty((0,)) if residual is None else torch.empty(x.shape, dtype=residual.dtype, device=x.device)
     if a * b == 0:
-        return y, stat, rstd
+        return y, stat, rstd, s_out
     info = _target(x.get_device())[1]
-    p = FL.fp8_plan(a, b, n, x.element_size(), info.num_sms)
-    args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), rstd.view(a, b) if store_rstd else None,
+    elem = x.element_size() if residual is None else residual.element_size()  # the normalized rows' dtype
+    p = FL.fp8_plan(a, b, n, max(elem, x.element_size()), info.num_sms)
+    args = (p, rows3(x, a, b), None if residual is None else rows3(residual, a, b), unit_stride(weight),
+            y.view(a, b, n), None if residual is None else s_out.view(a, b, n), rstd.view(a, b) if store_rstd else None,
             None if scale is None else scale.detach().reshape(1), stat.view(a, b) if scale is None else
             stat.view(torch.int32), eps, offset, casting, fmt)  # fmt: skip
     launch_on_device(x, FL.run_forward, *args)
-    return y, stat, rstd
+    return y, stat, rstd, s_out
 
 
 @torch.library.custom_op(
     "cutile_rms::rms_norm_fp8",
     mutates_args=(),
-    schema="(Tensor x, Tensor? weight, Tensor? scale, float eps, float offset, int casting, int fmt, "
-    "bool store_rstd) -> (Tensor, Tensor, Tensor)",
+    schema="(Tensor x, Tensor? residual, Tensor? weight, Tensor? scale, float eps, float offset, int casting, "
+    "int fmt, bool store_rstd) -> (Tensor, Tensor, Tensor, Tensor)",
 )
-def rms_norm_fp8_op(x, weight, scale, eps, offset, casting, fmt, store_rstd):
-    return fp8_forward(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+def rms_norm_fp8_op(x, residual, weight, scale, eps, offset, casting, fmt, store_rstd):
+    return fp8_forward(x, residual, weight, scale, eps, offset, casting, fmt, store_rstd)
 
 
 @rms_norm_fp8_op.register_fake
-def _(x, weight, scale, eps, offset, casting, fmt, store_rstd):
+def _(x, residual, weight, scale, eps, offset, casting, fmt, store_rstd):
     y = torch.empty(x.shape, dtype=_DTYPE_OF[fmt], device=x.device)
     stat = x.new_empty(x.shape[:-1], dtype=torch.float32) if scale is None else x.new_empty((1,), dtype=torch.float32)
     rstd = x.new_empty(x.shape[:-1] if store_rstd else (0,), dtype=torch.float32)
-    return y, stat, rstd
+    s_out = x.new_empty((0,)) if residual is None else torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+    return y, stat, rstd, s_out
 
 
 def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8_e4m3fn, offset=0.0,
-                 casting_mode="llama") -> RMSNormFP8Output:  # fmt: skip
+                 casting_mode="llama", residual=None) -> RMSNormFP8Output:  # fmt: skip
     """``y = saturate(rne(x / sqrt(mean(x**2, dim=-1) + eps) * (offset + weight) / s))`` in FP8.
 
     With a static ``scale`` (a 1-element float32 tensor on x's device, the dequantization scale)
@@ -108,6 +118,9 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     ``torch.float8_e4m3fn``, +-57344 for ``torch.float8_e5m2``); a NaN row stays NaN. The
     casting mode's rounding comes before the division (llama: xhat rounded to x's dtype), as in
     :func:`cutile_rms.rms_norm`. x, weight, eps, offset and casting_mode: as there.
+    ``residual`` (x's shape, any float dtype): the norm is of ``x + residual`` (an fp32 add
+    rounded once to the residual's dtype, in which the casting mode then rounds), returned as
+    ``residual_out``: the fused residual add of a pre-norm block.
 
     Returns an :class:`RMSNormFP8Output` (y, scale, amax, rstd). The op itself has no
     gradient: for training, take ``rstd`` (returned when x or weight requires grad) to
@@ -117,16 +130,24 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     if out_dtype not in FP8_FORMATS:
         raise TypeError(f"out_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {out_dtype}")
     _check_scale(scale, x)
-    check_device(x, weight=weight, scale=scale)
+    if residual is not None:
+        check_tensor("residual", residual)
+        if residual.shape != x.shape:
+            raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    check_device(x, weight=weight, scale=scale, residual=residual)
+    if residual is not None:  # the rounding points are the normalized sum's dtype's
+        casting = casting_code(casting_mode, residual.dtype == torch.float32)
     _check_fp8_device(x)
     store_rstd = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
     eps, offset, fmt = float(eps), float(offset), FP8_FORMATS[out_dtype]
+    args = (x, residual, weight, scale, eps, offset, casting, fmt, store_rstd)
     if torch.compiler.is_compiling():
-        y, stat, rstd = torch.ops.cutile_rms.rms_norm_fp8(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+        y, stat, rstd, s_out = torch.ops.cutile_rms.rms_norm_fp8(*args)
     else:
         with torch.no_grad():
-            y, stat, rstd = fp8_forward(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+            y, stat, rstd, s_out = fp8_forward(*args)
     rstd = rstd if store_rstd else None
+    s_out = None if residual is None else s_out
     if scale is None:
-        return RMSNormFP8Output(y, stat, None, rstd)
-    return RMSNormFP8Output(y, scale, stat, rstd)
+        return RMSNormFP8Output(y, stat, None, rstd, s_out)
+    return RMSNormFP8Output(y, scale, stat, rstd, s_out)

@@ -8,6 +8,9 @@
 s is a dequantization scale (x ~ y * s). The casting mode's rounding point comes before the
 division: in llama mode xhat is rounded to x's dtype, as in the unquantized op.
 
+With a residual, the norm is of s = x + residual (an fp32 add rounded once to the residual's
+dtype), and s is stored as residual_out.
+
 Two kernels share that math. ``rows_fwd_fp8`` is the row-tile forward (cutile_rms.rows: 3-D
 (A, B, N) arrays, a row held as up to three pieces, the tile and grid from rows.plan) for rows
 the row-tile planner can hold; ``chunked_fwd_fp8`` walks longer rows one at a time in TILE_N
@@ -87,15 +90,42 @@ def _static_scale(scale):
     return ct.reshape(ct.load(scale, (0,), (1,), allow_tma=False), (1, 1, 1))
 
 
+@ct.function
+def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
+    """s = x + r (fp32 add, one rounding to s_out's dtype) of one piece, stored to s_out."""
+    xf = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
+    st = ct.astype(xf + ct.astype(_load(r, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32), s_out.dtype)
+    _store(s_out, ia, ib, j, st, CHECK)
+    return st
+
+
+@ct.function
+def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
+                  C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL):  # fmt: skip
+    """_load_row_tile of s = x + r (stored to s_out as it goes)."""
+    s0 = _add_piece(x, r, s_out, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA)
+    ss = _sum_sq(s0)
+    s1 = s0
+    s2 = s0
+    if W1 > 0:
+        s1 = _add_piece(x, r, s_out, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA)
+        ss = ss + _sum_sq(s1)
+    if W2 > 0:
+        s2 = _add_piece(x, r, s_out, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA)
+        ss = ss + _sum_sq(s2)
+    return s0, s1, s2, ss
+
+
 @experimental_kernel
 @ct.kernel
-def rows_fwd_fp8(x, w, y, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
-                 W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL, FMT: C_INT,
-                 CHECK_A: C_BOOL, CHECK_N: C_BOOL, TMA: C_BOOL):  # fmt: skip
+def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
+                 W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL,
+                 FMT: C_INT, ADD_RESIDUAL: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL, TMA: C_BOOL):  # fmt: skip
     """y (FP8, (A, B, N)) of row tiles as in rows_fwd. DYNAMIC: the per-row scales into stat
     ((A, B) fp32; scale is a placeholder); else scale is the 1-element fp32 static scale and
     stat the 1-element int32 that receives amax's bits (zeroed by the caller). rstd ((A, B)
-    fp32) with STORE_RSTD."""
+    fp32) with STORE_RSTD. ADD_RESIDUAL: the norm is of s = x + r (an fp32 add rounded once to
+    s_out's dtype), stored to s_out; r and s_out are placeholders otherwise."""
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
@@ -106,7 +136,10 @@ def rows_fwd_fp8(x, w, y, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TIL
     block_max = ct.zeros((1, 1, 1), dtype=ct.float32)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+        if ADD_RESIDUAL:
+            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+        else:
+            x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
         rstd = ct.rsqrt(ss / n + eps)
         v0 = _value(x0, rstd, w0, CASTING, HAS_WEIGHT)
         amax = _row_amax(v0)
@@ -133,12 +166,23 @@ def rows_fwd_fp8(x, w, y, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TIL
         _publish_amax(stat, block_max)
 
 
+@ct.function
+def _chunk(x, s_out, ia, ib, j, TILE_N: C_INT, ADD_RESIDUAL: C_BOOL):
+    """Chunk j of the row being normalized: of s_out (stored by the first pass) with a residual."""
+    if ADD_RESIDUAL:
+        return _load(s_out, ia, ib, j, 1, 1, TILE_N, True, False)
+    else:
+        return _load(x, ia, ib, j, 1, 1, TILE_N, True, False)
+
+
 @experimental_kernel
 @ct.kernel
-def chunked_fwd_fp8(x, w, y, rstd_out, scale, stat, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
-                    STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL, FMT: C_INT):  # fmt: skip
+def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_N: C_INT, CASTING: C_INT,
+                    HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL, FMT: C_INT,
+                    ADD_RESIDUAL: C_BOOL):  # fmt: skip
     """rows_fwd_fp8 (same arrays and flags) for rows of any length: one row at a time, in
-    TILE_N-wide chunks (zero-padded past N; stores past N are dropped)."""
+    TILE_N-wide chunks (zero-padded past N; stores past N are dropped). With ADD_RESIDUAL the
+    first pass stores s = x + r and the later passes read it back from s_out."""
     n = x.shape[2]
     b = x.shape[1]
     chunks = ct.cdiv(n, TILE_N)
@@ -150,20 +194,23 @@ def chunked_fwd_fp8(x, w, y, rstd_out, scale, stat, eps, offset, TILE_N: C_INT, 
         ia, ib = _tile(t, b)
         ss = ct.zeros((1, 1, 1), dtype=ct.float32)
         for j in range(chunks):
-            ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, False))
+            if ADD_RESIDUAL:
+                ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, False))
+            else:
+                ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, False))
         rstd = ct.rsqrt(ss / n + eps)
         q = s
         if DYNAMIC:
             amax = ct.zeros((1, 1, 1), dtype=ct.float32)
             for j in range(chunks):
                 wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True)
-                amax = ct.maximum(amax, _row_amax(_value(_load(x, ia, ib, j, 1, 1, TILE_N, True, False), rstd, wp,
-                                                        CASTING, HAS_WEIGHT)))  # fmt: skip
+                xt = _chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL)
+                amax = ct.maximum(amax, _row_amax(_value(xt, rstd, wp, CASTING, HAS_WEIGHT)))
             q = ct.maximum(amax / _fp8_max(FMT), MIN_SCALE)
             ct.store(stat, (ia, ib), ct.reshape(q, (1, 1)), allow_tma=False)
         for j in range(chunks):
             wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True)
-            v = _value(_load(x, ia, ib, j, 1, 1, TILE_N, True, False), rstd, wp, CASTING, HAS_WEIGHT)
+            v = _value(_chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL), rstd, wp, CASTING, HAS_WEIGHT)
             if not DYNAMIC:
                 block_max = ct.maximum(block_max, _all_max(ct.abs(v)))
             _store(y, ia, ib, j, _quantize(v, q, y.dtype, FMT), True)

@@ -16,8 +16,8 @@ from cutile_rms.rows.plan import RowsPlan, plan
 
 __all__ = ["CHUNK", "PARAMS", "Fp8Plan", "arguments", "fp8_plan", "run_forward"]
 
-_COMMON = ("x", "w", "y", "rstd_out", "scale", "stat", "eps", "offset")
-_FLAGS = ("CASTING", "HAS_WEIGHT", "STORE_RSTD", "DYNAMIC", "FMT")
+_COMMON = ("x", "r", "w", "y", "s_out", "rstd_out", "scale", "stat", "eps", "offset")
+_FLAGS = ("CASTING", "HAS_WEIGHT", "STORE_RSTD", "DYNAMIC", "FMT", "ADD_RESIDUAL")
 PARAMS = {
     "rows": _COMMON + ("TILE_A", "TILE_B", "W0", "W1", "W2") + _FLAGS + ("CHECK_A", "CHECK_N", "TMA"),
     "chunked": _COMMON + ("TILE_N",) + _FLAGS,
@@ -51,9 +51,11 @@ def arguments(kernel: str, values: dict) -> tuple:
     return tuple(values[name] for name in PARAMS[kernel])
 
 
-def constants(p: Fp8Plan, casting: int, has_weight: bool, store_rstd: bool, dynamic: bool, fmt: int) -> dict:
+def constants(p: Fp8Plan, casting: int, has_weight: bool, store_rstd: bool, dynamic: bool, fmt: int,
+              add_residual: bool = False) -> dict:  # fmt: skip
     """The compile-time constants of p's kernel."""
-    values = dict(CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd, DYNAMIC=dynamic, FMT=fmt)
+    values = dict(CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd, DYNAMIC=dynamic, FMT=fmt,
+                  ADD_RESIDUAL=add_residual)  # fmt: skip
     if p.kernel == "chunked":
         return dict(values, TILE_N=CHUNK)
     r = p.rows
@@ -62,13 +64,16 @@ def constants(p: Fp8Plan, casting: int, has_weight: bool, store_rstd: bool, dyna
                 TMA=r.tma)  # fmt: skip
 
 
-def run_forward(p: Fp8Plan, x, weight, y, rstd, scale, stat, eps: float, offset: float, casting: int, fmt: int,
-                device, stream) -> None:  # fmt: skip
-    """y = quantize(rms_norm(x) * (offset + weight) / scale). scale None: dynamic per-row
-    scales into stat ((A, B) fp32); else the static scale, and stat the int32 amax bits."""
+def run_forward(p: Fp8Plan, x, residual, weight, y, residual_out, rstd, scale, stat, eps: float, offset: float,
+                casting: int, fmt: int, device, stream) -> None:  # fmt: skip
+    """y = quantize(rms_norm(s) * (offset + weight) / scale), s = x (residual None) or x +
+    residual, stored to residual_out. scale None: dynamic per-row scales into stat ((A, B)
+    fp32); else the static scale, and stat the int32 amax bits."""
     has_weight = weight is not None
-    values = constants(p, casting, has_weight, rstd is not None, scale is None, fmt)
-    values.update(x=x, w=weight if has_weight else x, y=y, rstd_out=y if rstd is None else rstd,
+    add = residual is not None
+    values = constants(p, casting, has_weight, rstd is not None, scale is None, fmt, add)
+    values.update(x=x, r=residual if add else x, w=weight if has_weight else x, y=y,
+                  s_out=residual_out if add else x, rstd_out=y if rstd is None else rstd,
                   scale=stat if scale is None else scale, stat=stat, eps=float(eps), offset=float(offset))  # fmt: skip
     kernel = _ROWS[p.rows.hints] if p.kernel == "rows" else KERNELS["chunked"]
     launch(stream, (p.grid,), kernel, arguments(p.kernel, values))

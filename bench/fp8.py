@@ -1,0 +1,182 @@
+"""python -m bench.fp8: RMSNorm with FP8 output, side by side.
+
+Providers: cutile_rms (experimental ``rms_norm_fp8``); ``F.rms_norm`` then the scale and
+torch's FP8 cast, eager (``torch``) and under ``torch.compile`` (which fuses them); Liger-Kernel's
+RMSNorm then the same cast (``liger``). Variants: ``static`` (one given scale; cutile_rms also
+returns amax) and ``dynamic`` (a scale per row from its amax, per-token quantization). Op:
+``fwd_fp8`` (inference: no rstd). Every provider is checked against float64 before it is
+timed; timing, the copy ceiling and the CSV/summary are the main benchmark's (bench.timing,
+bench.report).
+"""
+
+import argparse
+import datetime
+import shlex
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from bench import cases as C
+from bench import timing as T
+from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, status_rows
+
+EPS = 1e-6
+OPS = ("fwd_fp8",)
+VARIANTS = ("static", "dynamic")
+OUT = torch.float8_e4m3fn
+FP8_MAX = 448.0
+# Dequantized y against the float64 norm, norm-wise: one e4m3 rounding is at most 2^-4 relative.
+CHECK_RTOL = 2.0**-4
+STATIC_SCALE = 8.0 / FP8_MAX  # puts |rms_norm(x)| ~ 8 at half the range, as the tests do
+
+
+def op_bytes(op: str, m: int, n: int, dtype: str, variant: str) -> int:
+    """Fewest bytes: x read once, y written at one byte, the weight once, and the per-row fp32
+    scales (dynamic) or the 4-byte scale and amax (static)."""
+    ex = C.ELEMENT_SIZE[dtype]
+    extra = 4 * m if variant == "dynamic" else 8
+    return m * n * (ex + 1) + n * ex + extra
+
+
+def _ours(x, w, scale):
+    from cutile_rms.experimental import rms_norm_fp8
+
+    out = rms_norm_fp8(x, w, EPS, scale=scale)
+    return out.y, out.scale
+
+
+def _torch(x, w, scale):
+    y = F.rms_norm(x, (x.shape[-1],), w, EPS).float()
+    if scale is None:
+        scale = (y.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=torch.finfo(torch.float32).tiny)
+    return (y / scale).clamp(-FP8_MAX, FP8_MAX).to(OUT), scale
+
+
+_compiled = None
+
+
+def _torch_compiled(x, w, scale):
+    global _compiled
+    if _compiled is None:
+        torch._dynamo.config.cache_size_limit = 1024
+        torch._dynamo.config.accumulated_cache_size_limit = 4096
+        _compiled = torch.compile(_torch, dynamic=False)
+    return _compiled(x, w, scale)
+
+
+def _liger():
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    def fn(x, w, scale):
+        y = LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False).float()
+        if scale is None:
+            scale = (y.abs().amax(-1, keepdim=True) / FP8_MAX).clamp(min=torch.finfo(torch.float32).tiny)
+        return (y / scale).clamp(-FP8_MAX, FP8_MAX).to(OUT), scale
+
+    return fn
+
+
+def providers(names=None, on_gpu=True):
+    """[(name, fn or None, why missing)]."""
+    out = [("cutile_rms", _ours, None), ("torch", _torch, None)]
+    for name, factory in (("torch_compile", lambda: _torch_compiled), ("liger", _liger)):
+        if not on_gpu:
+            out.append((name, None, "needs a CUDA GPU (this run uses the cuTile interpreter)"))
+            continue
+        try:
+            out.append((name, factory(), None))
+        except Exception as e:
+            out.append((name, None, f"{type(e).__name__}: {e}"[:200]))
+    return [p for p in out if not names or p[0] in names]
+
+
+def check(fn, x, w, scale) -> str | None:
+    """None if y * scale is within CHECK_RTOL (norm-wise) of the float64 norm, else a message."""
+    with torch.no_grad():
+        y, s = fn(x, w, scale)
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
+    deq = y.double() * (s.double() if s.dim() == 0 or s.numel() == 1 else s.double().reshape(*y.shape[:-1], 1))
+    err = ((deq - ref).norm() / ref.norm()).item()
+    return None if err <= CHECK_RTOL else f"wrong: y rel err {err:.2e} > {CHECK_RTOL:g}"
+
+
+def _calls(fn, sets):
+    def call(x, w, s):
+        with torch.no_grad():
+            return fn(x, w, s)
+
+    return [lambda x=x, w=w, s=s: call(x, w, s) for x, w, s in sets]
+
+
+def run(shapes, dtypes, variants, names=None, timings=("graph", "eager"), sha=None, device="cuda", progress=None):
+    """Yield CSV rows (bench.report.COLUMNS); the variant column holds the scaling."""
+    on_gpu = device == "cuda"
+    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
+    if not on_gpu:
+        timings = tuple(t for t in timings if t == "eager")
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    sha = sha or commit()
+    provs = providers(names, on_gpu)
+    work = [(d, m, n, lab, v) for d in dtypes for (m, n, lab) in shapes for v in variants]
+    for dtype, m, n, label, variant in progress(work) if progress else work:
+        tdt = DTYPES[dtype]
+        base = dict(variant=variant, dtype=dtype, M=m, N=n, gpu=gpu, commit=sha, timestamp=stamp, label=label)
+        gen = torch.Generator(device=device).manual_seed(2468 + m + n)
+
+        def rnd(shape, gen=gen):
+            return torch.randn(shape, generator=gen, device=device)
+
+        nsets = T.num_sets(op_bytes("fwd_fp8", m, n, dtype, variant))
+        scale = torch.full((1,), STATIC_SCALE, device=device) if variant == "static" else None
+        sets = [(rnd((m, n)).to(tdt), (1.0 + 0.1 * rnd((n,))).to(tdt), scale) for _ in range(nsets)]
+        copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
+        for name, fn, missing in provs:
+            row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
+            if missing:
+                yield from status_rows(row, OPS, timings, "missing", missing)
+                continue
+            yield from provider_rows(
+                row, OPS, timings,
+                check=lambda fn=fn, s0=sets[0]: check(fn, *s0),
+                build=lambda op, fn=fn, sets=sets: _calls(fn, sets),
+                nbytes=lambda op, m=m, n=n, d=dtype, v=variant: op_bytes(op, m, n, d, v),
+                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=7 if on_gpu else 3,
+            )  # fmt: skip
+        del sets
+        if on_gpu:
+            torch.cuda.empty_cache()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.fp8", description=__doc__.splitlines()[0])
+    ap.add_argument("--set", nargs="+", default=["training", "models", "decode"],
+                    choices=["training", "decode", "models", "cpu"])  # fmt: skip
+    ap.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=C.DTYPE_NAMES)
+    ap.add_argument("--variant", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--provider", nargs="+", default=None)
+    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
+    ap.add_argument("--out", default="bench/results/latest-fp8")
+    ap.add_argument("--commit", default=None)
+    args = ap.parse_args(argv)
+
+    from bench.report import write_results
+    from cutile_rms import interpret
+
+    device = "cuda"
+    if not torch.cuda.is_available() or interpret.is_enabled():
+        print("python -m bench.fp8: no GPU: running through the cuTile interpreter on the CPU (eager timings "
+              "of the interpreter, small shapes)")  # fmt: skip
+        interpret.enable()
+        device = "cpu"
+        args.set = ["cpu"]
+    shapes = [s for name in args.set for s in C.shape_set(name)]
+    rows = run(shapes, args.dtype, args.variant, args.provider, tuple(args.timing), args.commit, device)
+    command = "python -m bench.fp8 " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(write_results(args.out, rows, command)[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
