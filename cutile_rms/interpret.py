@@ -586,6 +586,17 @@ def expand_dims(x, axis):
     return Tile(np.expand_dims(x._a, axis), x.dtype)
 
 
+def permute(x, axes):
+    return Tile(np.transpose(x._a, tuple(int(a) for a in axes)), x.dtype)
+
+
+def transpose(x, axis0=None, axis1=None):
+    """The last two axes swapped (a 2-D tile's transpose), or axis0 and axis1."""
+    if axis0 is None and axis1 is None:
+        axis0, axis1 = -2, -1
+    return Tile(np.swapaxes(x._a, int(axis0), int(axis1)), x.dtype)
+
+
 def full(shape, fill_value, dtype):
     return Tile(np.full(_check_tile_shape("full", shape), fill_value), dtype)
 
@@ -609,6 +620,7 @@ _EMULATED = {
     "sum": ct_sum, "max": ct_max, "min": ct_min, "abs": ct_abs, "astype": astype,
     "rsqrt": rsqrt, "sqrt": sqrt, "exp": exp, "log": log, "maximum": maximum, "minimum": minimum,
     "where": where, "reshape": reshape, "broadcast_to": broadcast_to, "expand_dims": expand_dims,
+    "permute": permute, "transpose": transpose,
     "full": full, "zeros": zeros, "ones": ones, "arange": arange,
     "atomic_add": atomic_add, "atomic_xchg": atomic_xchg, "atomic_max": atomic_max, "bitcast": bitcast,
 }  # fmt: skip

@@ -489,6 +489,17 @@ def _fp8_jobs(add):
         for w, casting, dynamic, fmt, store in pairwise([x, None], _castings(x), (True, False), (0, 1), (True, False)):
             _fp8_job(add, "flags", 4096, x, w, casting, dynamic, fmt, store)
     _fp8_job(add, "flags", 32768, "float32", None, K.CAST_GEMMA, True, 1, True)
+    from cutile_rms.experimental.fp8 import launch as F8
+
+    for x in DTYPES:  # the transposed output (2-D rows, static scale): every flag pairwise
+        for w, casting, fmt, store in pairwise([x, None], _castings(x), (0, 1), (True, False)):
+            fp8 = "float8_e4m3fn" if fmt == 0 else "float8_e5m2"
+            p = F8.fp8_plan(4099, 1, 4096, ELEMENT_BYTES[x], 132, transpose=True)
+            values = {**F8.constants(p, casting, w is not None, store, False, fmt), "x": arr(x, 2),
+                      "w": arr(w, 1) if w else arr(x, 2), "y": arr(fp8, 2), "y_t": arr(fp8, 2), "rstd_out": mvec(),
+                      "scale": mvec(), "stat": mvec("int32"), "eps": F32, "offset": F32}  # fmt: skip
+            add(f"fp8 transpose {x} w={w} cast={casting} fmt={fmt} rstd={store}", F8._TRANSPOSE[F8.TRANSPOSE_HINTS],
+                [values[k] for k in F8.PARAMS["transpose"]])  # fmt: skip
     for n in (4096, 32768):  # the fused residual add: a same-dtype and an fp32 residual stream
         _fp8_job(add, "residual", n, "bfloat16", "bfloat16", K.CAST_LLAMA, True, 0, residual="bfloat16")
         _fp8_job(add, "residual", n, "bfloat16", "bfloat16", K.CAST_GEMMA, False, 0, True, residual="float32")

@@ -201,6 +201,23 @@ def test_fp8_residual(dev, shape, r_dtype, static, gen):
         rms_norm_fp8(x, w, EPS, residual=r[:1])
 
 
+@pytest.mark.parametrize("shape", [(70, 300), (33, 129), (256, 1024)], ids=str)
+@pytest.mark.parametrize("dtype,casting", [(torch.bfloat16, "llama"), (torch.float32, "gemma")], ids=str)
+def test_fp8_transposed_output(dev, dtype, casting, shape, gen):
+    """transpose=True: y as without it (the same reference), y_t equal to y.t() bitwise, amax;
+    M and N that divide none of the 32 x 128 tiles."""
+    x, _, w = make_inputs(shape, dtype, dev, generator=gen)
+    scale = _scale_for(x, E4M3, dev)
+    out = rms_norm_fp8(x, w, EPS, scale=scale, casting_mode=casting, transpose=True)
+    assert out.y_t.shape == (shape[1], shape[0]) and out.y_t.is_contiguous() and out.y_t.dtype == E4M3
+    check_fp8(out.y, x, w, 0.0, casting, scale, E4M3)
+    assert torch.equal(out.y_t.view(torch.int8), out.y.t().contiguous().view(torch.int8))
+    amax_ref = reference(x.cpu(), w.cpu(), 0.0, casting, scale.cpu(), E4M3)[2]
+    assert_close("amax", out.amax, amax_ref, SCALE_TOL)
+    with pytest.raises(ValueError, match="transpose=True needs"):
+        rms_norm_fp8(x, w, EPS, transpose=True)
+
+
 def test_fp8_op_traces(dev):
     """The custom op's fake implementation agrees with the real one (torch.library.opcheck),
     static and dynamic, with and without rstd."""
@@ -213,4 +230,8 @@ def test_fp8_op_traces(dev):
             for r in (None, torch.randn_like(x, dtype=torch.float32)):
                 args = (x, r, w, scale, EPS, 0.0, 0, 0, store)
                 torch.library.opcheck(torch.ops.cutile_rms.rms_norm_fp8.default, args,
+                                      test_utils=("test_schema", "test_faketensor"))  # fmt: skip
+            if scale is not None:
+                args = (x[:, 0], w, scale, EPS, 0.0, 0, 0, store)
+                torch.library.opcheck(torch.ops.cutile_rms.rms_norm_fp8_t.default, args,
                                       test_utils=("test_schema", "test_faketensor"))  # fmt: skip

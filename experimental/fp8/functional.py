@@ -38,13 +38,15 @@ class RMSNormFP8Output(NamedTuple):
     :func:`cutile_rms.rms_norm_backward` gives dx and dw for a gradient of the unquantized
     output (the TransformerEngine pattern: the next GEMM's backward hands back a bf16 dy).
     residual_out: with a residual, x + residual in the residual's dtype (the normalized
-    input; pass it as x to rms_norm_backward), else None."""
+    input; pass it as x to rms_norm_backward), else None. y_t: with transpose=True, y's
+    (N, M) transpose, contiguous, else None."""
 
     y: torch.Tensor
     scale: torch.Tensor
     amax: torch.Tensor | None
     rstd: torch.Tensor | None
     residual_out: torch.Tensor | None = None
+    y_t: torch.Tensor | None = None
 
 
 def _check_scale(scale, x):
@@ -88,6 +90,43 @@ def fp8_forward(x, residual, weight, scale, eps: float, offset: float, casting: 
     return y, stat, rstd, s_out
 
 
+def fp8_forward_t(x, weight, scale, eps: float, offset: float, casting: int, fmt: int, store_rstd: bool):
+    """(y, y_t, amax, rstd) for a 2-D x and a static scale, one kernel (tiled_fwd_fp8_t)."""
+    m, n = x.shape
+    y = torch.empty((m, n), dtype=_DTYPE_OF[fmt], device=x.device)
+    y_t = torch.empty((n, m), dtype=_DTYPE_OF[fmt], device=x.device)
+    rstd = x.new_empty((m,) if store_rstd else (0,), dtype=torch.float32)
+    amax = x.new_zeros((1,), dtype=torch.float32)
+    if m * n == 0:
+        return y, y_t, amax, rstd
+    info = _target(x.get_device())[1]
+    p = FL.fp8_plan(m, 1, n, x.element_size(), info.num_sms, transpose=True)
+    x2 = x.detach() if x.stride(-1) == 1 else x.detach().contiguous()
+    args = (p, x2, unit_stride(weight), y, y_t, rstd if store_rstd else None, scale.detach().reshape(1),
+            amax.view(torch.int32), eps, offset, casting, fmt)  # fmt: skip
+    launch_on_device(x, FL.run_transposed, *args)
+    return y, y_t, amax, rstd
+
+
+@torch.library.custom_op(
+    "cutile_rms::rms_norm_fp8_t",
+    mutates_args=(),
+    schema="(Tensor x, Tensor? weight, Tensor scale, float eps, float offset, int casting, int fmt, "
+    "bool store_rstd) -> (Tensor, Tensor, Tensor, Tensor)",
+)
+def rms_norm_fp8_t_op(x, weight, scale, eps, offset, casting, fmt, store_rstd):
+    return fp8_forward_t(x, weight, scale, eps, offset, casting, fmt, store_rstd)
+
+
+@rms_norm_fp8_t_op.register_fake
+def _(x, weight, scale, eps, offset, casting, fmt, store_rstd):
+    m, n = x.shape
+    y = torch.empty((m, n), dtype=_DTYPE_OF[fmt], device=x.device)
+    y_t = torch.empty((n, m), dtype=_DTYPE_OF[fmt], device=x.device)
+    rstd = x.new_empty((m,) if store_rstd else (0,), dtype=torch.float32)
+    return y, y_t, x.new_empty((1,), dtype=torch.float32), rstd
+
+
 @torch.library.custom_op(
     "cutile_rms::rms_norm_fp8",
     mutates_args=(),
@@ -108,7 +147,7 @@ def _(x, residual, weight, scale, eps, offset, casting, fmt, store_rstd):
 
 
 def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8_e4m3fn, offset=0.0,
-                 casting_mode="llama", residual=None) -> RMSNormFP8Output:  # fmt: skip
+                 casting_mode="llama", residual=None, transpose=False) -> RMSNormFP8Output:  # fmt: skip
     """``y = saturate(rne(x / sqrt(mean(x**2, dim=-1) + eps) * (offset + weight) / s))`` in FP8.
 
     With a static ``scale`` (a 1-element float32 tensor on x's device, the dequantization scale)
@@ -120,7 +159,9 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     :func:`cutile_rms.rms_norm`. x, weight, eps, offset and casting_mode: as there.
     ``residual`` (x's shape, any float dtype): the norm is of ``x + residual`` (an fp32 add
     rounded once to the residual's dtype, in which the casting mode then rounds), returned as
-    ``residual_out``: the fused residual add of a pre-norm block.
+    ``residual_out``: the fused residual add of a pre-norm block. ``transpose=True`` (a 2-D x
+    and a static scale, no residual) also returns ``y_t``, y's (N, M) transpose, written by the
+    same kernel (the operand layout the next GEMM's backward may need).
 
     Returns an :class:`RMSNormFP8Output` (y, scale, amax, rstd). The op itself has no
     gradient: for training, take ``rstd`` (returned when x or weight requires grad) to
@@ -137,9 +178,21 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     check_device(x, weight=weight, scale=scale, residual=residual)
     if residual is not None:  # the rounding points are the normalized sum's dtype's
         casting = casting_code(casting_mode, residual.dtype == torch.float32)
+    if transpose and (scale is None or x.dim() != 2 or residual is not None):
+        raise ValueError("transpose=True needs a 2-D x and a static scale, and takes no residual; got "
+                         f"x of {x.dim()} dims, scale={'None' if scale is None else 'a tensor'}, "
+                         f"residual={'None' if residual is None else 'a tensor'}")  # fmt: skip
     _check_fp8_device(x)
     store_rstd = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
     eps, offset, fmt = float(eps), float(offset), FP8_FORMATS[out_dtype]
+    if transpose:
+        args = (x, weight, scale, eps, offset, casting, fmt, store_rstd)
+        if torch.compiler.is_compiling():
+            y, y_t, amax, rstd = torch.ops.cutile_rms.rms_norm_fp8_t(*args)
+        else:
+            with torch.no_grad():
+                y, y_t, amax, rstd = fp8_forward_t(*args)
+        return RMSNormFP8Output(y, scale, amax, rstd if store_rstd else None, None, y_t)
     args = (x, residual, weight, scale, eps, offset, casting, fmt, store_rstd)
     if torch.compiler.is_compiling():
         y, stat, rstd, s_out = torch.ops.cutile_rms.rms_norm_fp8(*args)

@@ -27,7 +27,7 @@ is MIN_SCALE.
 import cuda.tile as ct
 
 from cutile_rms._launch import experimental_kernel
-from cutile_rms.rmsnorm.kernels import _normalize
+from cutile_rms.rmsnorm.kernels import _normalize, _weight_row
 from cutile_rms.rows.kernels import _load, _load_row_tile, _pieces, _store, _sum_sq, _tile, _weight, _weights
 
 ZERO = ct.PaddingMode.ZERO
@@ -218,3 +218,37 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
     if not DYNAMIC:
         _publish_amax(stat, block_max)
+
+
+@experimental_kernel
+@ct.kernel
+def tiled_fwd_fp8_t(x, w, y, y_t, rstd_out, scale, stat, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
+                    HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, FMT: C_INT):  # fmt: skip
+    """y ((M, N), FP8) and its transpose y_t ((N, M), FP8, contiguous), static scale only.
+
+    Blocks take TILE_M-row slabs of a 2-D x. A first pass over the slab's TILE_N-wide chunks
+    sums the squares; a second reads each chunk again (mostly from L2), quantizes it and stores
+    it twice: as a (TILE_M, TILE_N) tile of y and, transposed, as a (TILE_N, TILE_M) tile of
+    y_t, whose rows then get TILE_M contiguous bytes (32: one full sector). amax as in
+    rows_fwd_fp8 (stat: the int32 bits)."""
+    n = x.shape[1]
+    chunks = ct.cdiv(n, TILE_N)
+    s = ct.reshape(ct.load(scale, (0,), (1,), allow_tma=False), (1, 1))
+    block_max = ct.zeros((1, 1), dtype=ct.float32)
+    for i in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_M), ct.num_blocks(0)):
+        ss = ct.zeros((TILE_M, 1), dtype=ct.float32)
+        for j in range(chunks):
+            xf = ct.astype(ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO), ct.float32)
+            ss += ct.sum(xf * xf, axis=1, keepdims=True)
+        rstd = ct.rsqrt(ss / n + eps)
+        for j in range(chunks):
+            xt = ct.load(x, (i, j), (TILE_M, TILE_N), padding_mode=ZERO)
+            v = ct.astype(_normalize(xt, rstd, _weight_row(w, j, offset, TILE_N, HAS_WEIGHT), CASTING, HAS_WEIGHT),
+                          ct.float32)  # fmt: skip
+            block_max = ct.maximum(block_max, ct.max(ct.max(ct.abs(v), axis=1, keepdims=True), axis=0, keepdims=True))
+            q = _quantize(v, s, y.dtype, FMT)
+            ct.store(y, (i, j), q, allow_tma=False)
+            ct.store(y_t, (j, i), ct.transpose(q), allow_tma=False)
+        if STORE_RSTD:
+            ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), allow_tma=False)
+    _publish_amax(stat, ct.reshape(block_max, (1, 1, 1)))
