@@ -32,6 +32,7 @@ from cutile_rms.experimental.fused_add import launch as FL
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
+from cutile_rms.rmsnorm import signatures as S
 
 DTYPES = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}  # input dtypes
 ARRAY_DTYPES = {
@@ -110,40 +111,65 @@ def _castings(x: str):
 NO_MEMORY_KNOBS = C.tile(1, 16, 1).memory
 
 
+def _arrays(x, w) -> dict:
+    """The constraints of the core kernels' arrays by parameter name (signatures.PARAMS) for
+    input dtype x and weight dtype w (None: absent, replaced by x at launch, so it takes x's
+    constraint, as does an absent dW workspace)."""
+    rows = arr(x, 2)
+    return dict(x=rows, y=rows, dy=rows, dx=rows, w=arr(w, 1) if w else rows, rstd_out=mvec(), rstd_in=mvec(),
+                c_out=mvec(), c_in=mvec(), dw_partial=arr("float32", 2) if w else rows, slots=arr("int64", 2, 1),
+                eps=F32, offset=F32)  # fmt: skip
+
+
+def _memory(memory) -> dict:
+    return dict(TMA_STORE=memory[0], LATENCY=memory[1])
+
+
 def _fwd_params(x, w, tile_m, tile_n, casting, store_rstd, memory=NO_MEMORY_KNOBS, tail=None):
-    # An absent weight is replaced by x at launch (launch.py), so it takes x's constraint. The
-    # inference kernels have no rstd parameter; the tile kernels take a TAIL (tail: an int), the
-    # chunked ones do not (tail None).
-    rstd = [mvec()] if store_rstd else []
-    tails = [] if tail is None else [tail]
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, F32, F32, tile_m, tile_n, *tails, casting,
-            w is not None, *memory]  # fmt: skip
+    # The tile kernels take a TAIL (tail: an int), the chunked ones do not (tail None).
+    values = dict(_arrays(x, w), TILE_M=tile_m, TILE_N=tile_n, TAIL=tail, CASTING=casting, HAS_WEIGHT=w is not None,
+                  **_memory(memory))  # fmt: skip
+    return list(S.arguments(S.FORWARD["chunked" if tail is None else "tile", store_rstd], values))
+
+
+def _bwd_values(x, w, tile_m, tile_n, round_xhat, memory) -> dict:
+    return dict(_arrays(x, w), TILE_M=tile_m, TILE_N=tile_n, HAS_WEIGHT=w is not None, ROUND_XHAT=round_xhat,
+                **_memory(memory))  # fmt: skip
 
 
 def _bwd_tile_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
-            *memory]  # fmt: skip
+    return list(S.arguments("rms_bwd_tile", _bwd_values(x, w, tile_m, tile_n, round_xhat, memory)))
+
+
+def _split(splits) -> dict:
+    return dict(SPLIT=splits, SLOTS_W=C.next_pow2(splits), POLLS=K.SPIN_LIMIT)
 
 
 def _fwd_split_params(x, w, tile_m, tile_n, splits, casting, store_rstd, memory=NO_MEMORY_KNOBS):
-    rstd = [mvec()] if store_rstd else []
-    return [arr(x, 2), arr(w, 1) if w else arr(x, 2), arr(x, 2), *rstd, arr("int64", 2, 1), F32, F32, tile_m, tile_n,
-            splits, C.next_pow2(splits), K.SPIN_LIMIT, casting, w is not None, *memory]  # fmt: skip
+    values = dict(_arrays(x, w), TILE_M=tile_m, TILE_N=tile_n, CASTING=casting, HAS_WEIGHT=w is not None,
+                  **_split(splits), **_memory(memory))  # fmt: skip
+    return list(S.arguments(S.FORWARD["split", store_rstd], values))
 
 
 def _bwd_split_params(x, w, tile_m, tile_n, splits, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), arr("int64", 2, 1), F32, tile_m, tile_n, splits,
-            C.next_pow2(splits), K.SPIN_LIMIT, w is not None, round_xhat, *memory]  # fmt: skip
+    return list(S.arguments("rms_bwd_split", dict(_bwd_values(x, w, tile_m, tile_n, round_xhat, memory),
+                                                  **_split(splits))))  # fmt: skip
 
 
 def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS, tail=0):
     # x, dy, w, dx arrive as int32 word views; the weight shares x's 16-bit type or is absent.
     words = arr("int32", 2)
-    return [words, words, arr("int32", 1) if w else words, mvec(), words,
-            arr("float32", 3) if w else words, F32, tile_m, tile_n // 2, tail // 2, _half(x), w is not None,
-            round_xhat, *memory]  # fmt: skip
+    values = dict(_bwd_values(x, w, tile_m, tile_n, round_xhat, memory), x=words, dy=words, dx=words,
+                  w=arr("int32", 1) if w else words, dw_partial=arr("float32", 3) if w else words,
+                  TILE_W=tile_n // 2, TAIL_W=tail // 2, HALF=_half(x))  # fmt: skip
+    return list(S.arguments("rms_bwd_packed", values))
+
+
+def _reduce_params(partial, dw, half=None):
+    """dw_reduce's (half None) or dw_reduce_packed's parameters (widths in words)."""
+    values = dict(dw_partial=partial, dw=dw, TILE_G=C.REDUCE_TILE_G, TILE_N=C.REDUCE_TILE_N,
+                  TILE_W=C.REDUCE_TILE_N // 2, HALF=half)  # fmt: skip
+    return list(S.arguments("dw_reduce" if half is None else "dw_reduce_packed", values))
 
 
 def _half(x):
@@ -151,14 +177,11 @@ def _half(x):
 
 
 def _bwd_dot_params(x, w, tile_m, tile_n):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), mvec(), F32,
-            tile_m, tile_n, w is not None]  # fmt: skip
+    return list(S.arguments("rms_bwd_row_dot", _bwd_values(x, w, tile_m, tile_n, False, NO_MEMORY_KNOBS)))
 
 
 def _bwd_chunk_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS):
-    return [arr(x, 2), arr(x, 2), arr(w, 1) if w else arr(x, 2), mvec(), mvec(), arr(x, 2),
-            arr("float32", 2) if w else arr(x, 2), F32, tile_m, tile_n, w is not None, round_xhat,
-            *memory]  # fmt: skip
+    return list(S.arguments("rms_bwd_chunked", _bwd_values(x, w, tile_m, tile_n, round_xhat, memory)))
 
 
 def _key(cfg):
@@ -250,10 +273,9 @@ def _flag_jobs(add, x):
         add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
             _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
         if w is not None:
-            add(f"dw_reduce {x} w={w}", K.dw_reduce, [arr("float32", 2), arr(w, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+            add(f"dw_reduce {x} w={w}", K.dw_reduce, _reduce_params(arr("float32", 2), arr(w, 1)))
     if x != "float32":  # the packed kernels take 16-bit words only (a weight of x's dtype, or none)
-        add(f"dw_reduce_packed {x}", K.dw_reduce_packed,
-            [arr("float32", 3), arr("int32", 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N // 2, _half(x)])  # fmt: skip
+        add(f"dw_reduce_packed {x}", K.dw_reduce_packed, _reduce_params(arr("float32", 3), arr("int32", 1), _half(x)))
         for (w, round_xhat), tail in pairwise(((x, False), (x, True), (None, False)), (0, REP_TAIL)):
             add(f"bwd_packed {x} w={w} round={round_xhat} tail={tail}", L.backward_kernel("packed", pk.hints),
                 _bwd_packed_params(x, w, pk.tile_m, pk.tile_n, round_xhat, pk.memory, tail))  # fmt: skip
@@ -279,7 +301,7 @@ def _unaligned_jobs(add):
         )
         add("unaligned bwd_split", L.backward_kernel("split", sp.hints),
             _bwd_split_params(x, x, sp.tile_m, sp.tile_n, ODD_SPLIT, True, sp.memory))  # fmt: skip
-        add("unaligned dw_reduce", K.dw_reduce, [arr("float32", 2), arr(x, 1), C.REDUCE_TILE_G, C.REDUCE_TILE_N])
+        add("unaligned dw_reduce", K.dw_reduce, _reduce_params(arr("float32", 2), arr(x, 1)))
     finally:
         _ALIGNED[0] = True
 

@@ -1,12 +1,15 @@
 """CPU tier: kernel and tile selection, tuning tables and the per-device cache."""
 
 import dataclasses
+import inspect
 import json
 
 import pytest
 
 from cutile_rms.rmsnorm import autotune as A
 from cutile_rms.rmsnorm import config as C
+from cutile_rms.rmsnorm import kernels as K
+from cutile_rms.rmsnorm import signatures as S
 from cutile_rms.rmsnorm import tables as T
 
 H200 = "sm_90:NVIDIA H200"
@@ -165,10 +168,10 @@ def test_split_falls_back_where_it_cannot_run():
     blocks per row (more than can run at once): the bucket's default serves. A row that fits
     one segment takes the tile kernel."""
     default = C.DEFAULT_TABLE["forward"][65536]
-    for p in (C.plan_forward(1024, 65536, 132, elem_size=4, device_key=H200, allow_split=False),
+    for p in (C.plan_forward(1024, 65536, 132, elem_size=4, device_key=H200, provides=C.ONLY_ARRAYS),
               C.plan_forward(1024, 65536, 4, elem_size=4, device_key=H200)):  # fmt: skip
         assert (p.kernel, p.tile_n) == (default.kernel, default.tile_n)
-    p = C.plan_backward(1024, 65536, 132, elem_size=4, device_key=H200, allow_split=False)
+    p = C.plan_backward(1024, 65536, 132, elem_size=4, device_key=H200, provides=C.ONLY_ARRAYS)
     assert p.kernel == C.DEFAULT_TABLE["backward"][65536].kernel
     assert C.fit_to_row(C.split(1, 8192, 2), 6000, "forward") == C.tile(1, 8192, 2)
     assert C.split_count(65536, 8192) == 8 and C.split_count(20000, 8192) == 3
@@ -179,13 +182,14 @@ def test_packed_backward_plans_on_the_h200():
     make word views; otherwise, and for fp32, odd row lengths or the forward, the same tile
     config runs as "tile". Its dW partials are (rows, 2, n / 2): even columns, then odd."""
     for n in (7168, 8192):
-        p = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200, allow_packed=True)
+        p = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200, provides=C.Provides(words=True))
         assert p.kernel == "packed" and p.tile_n == 8192 and p.partial_shape(n) == (p.partial_rows, 2, n // 2)
         q = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200)
         assert dataclasses.replace(p, kernel="tile") == q and q.partial_shape(n) == (q.partial_rows, n)
-    assert C.plan_backward(1 << 16, 8191, 132, elem_size=2, device_key=H200, allow_packed=True).kernel == "tile"
-    assert C.plan_backward(1 << 16, 8192, 132, elem_size=4, device_key=H200, allow_packed=True).kernel == "tile"
-    assert C.kernel_config("forward", 8192, 2, None, allow_packed=True).kernel != "packed"
+    words = C.Provides(words=True)
+    assert C.plan_backward(1 << 16, 8191, 132, elem_size=2, device_key=H200, provides=words).kernel == "tile"
+    assert C.plan_backward(1 << 16, 8192, 132, elem_size=4, device_key=H200, provides=words).kernel == "tile"
+    assert C.kernel_config("forward", 8192, 2, None, provides=words).kernel != "packed"
     assert C.kernel_config("forward", 8192, 2, None).kernel == "tile"
     assert C.fit_to_row(C.packed(1, 512, 1), 100, "backward") == C.packed(C.SHORT_ROW_TILE_ELEMS["backward"] // 128,
                                                                           128, 1)  # fmt: skip
@@ -199,7 +203,7 @@ def test_tail_plans_on_the_h200():
     m = 13107
     f = C.plan_forward(m, 5120, 132, elem_size=2, device_key=H200)
     assert (f.kernel, f.tile_n, f.tail) == ("tile", 4096, 1024)
-    b = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200, allow_packed=True)
+    b = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200, provides=C.Provides(words=True))
     assert (b.kernel, b.tile_n, b.tail) == ("packed", 4096, 1024) and b.partial_shape(5120) == (b.partial_rows, 2, 2560)
     t = C.plan_backward(m, 5120, 132, elem_size=2, device_key=H200)
     bucket = C.KernelConfig(*T.checked_in("sm_90")["backward", 2, 8192])
@@ -283,7 +287,7 @@ def test_balanced_backward_grid():
         assert g <= grid and -(-tiles // g) == -(-tiles // grid)
         assert g == 1 or -(-tiles // (g - 1)) > -(-tiles // grid)  # no fewer blocks take as many rounds
     assert C.balanced_grid(16384, 4, 1, 132) == 128
-    p = C.plan_backward(16384, 4096, 132, elem_size=2, device_key=H200, allow_packed=True)
+    p = C.plan_backward(16384, 4096, 132, elem_size=2, device_key=H200, provides=C.Provides(words=True))
     assert (p.tile_m, p.partial_rows) == (4, 128)
     assert C.plan_forward(16384, 1024, 132, elem_size=2, device_key=H200).grid == 132  # the forward's: SMs x 1
 
@@ -458,3 +462,17 @@ def test_tune_stores_a_config_that_plans_then_use(cache_dir, gen):
     y_ref, _, dx_ref, dw_ref = rms_norm_ref_grads(x, dy, w)
     tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
     check_all({"y": y.detach(), "dx": x.grad, "dw": w.grad}, {"y": y_ref, "dx": dx_ref, "dw": dw_ref}, tols)
+
+
+def test_signatures_are_the_kernels():
+    """signatures.PARAMS, the one spelling of each core kernel's parameters that launchers,
+    tuner and AOT check read, is each kernel's own; every core kernel has one."""
+    import cuda.tile as ct
+
+    kernels = {name: obj for name, obj in vars(K).items() if isinstance(obj, ct.kernel)}
+    assert set(kernels) == set(S.PARAMS)
+    for name, kernel in kernels.items():
+        assert tuple(inspect.signature(kernel._pyfunc).parameters) == S.PARAMS[name], name
+    assert set(S.FORWARD.values()) | set(S.BACKWARD.values()) <= set(S.PARAMS)
+    with pytest.raises(KeyError, match="rstd_out"):
+        S.arguments("rms_fwd_tile", {"x": 0, "w": 0, "y": 0})

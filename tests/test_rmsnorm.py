@@ -314,7 +314,7 @@ def test_run_backward_packs_where_it_can(dev, layout, gen):
     m, n = C.FEW_ROWS + 9, 8192  # more rows than the few-row entries take
     x, dy, w = make_inputs((m, n + (layout != "contiguous")), torch.bfloat16, dev, generator=gen)
     x, dy, w = x[:, :n], dy[:, :n], w[:n].contiguous()
-    assert backward_plan(x, H200_INFO, allow_packed=True).kernel == "packed"
+    assert backward_plan(x, H200_INFO, C.Provides(words=True)).kernel == "packed"
     stream, dev_info = launch_target(x.device)
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
     _, rstd, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
@@ -345,7 +345,7 @@ def test_shipped_tail_entries_run(dev, gen):
     x, dy, w = make_inputs((m, n), torch.float16, dev, generator=gen)
     stream, dev_info = launch_target(x.device)
     info = dataclasses.replace(H200_INFO, num_sms=dev_info.num_sms)  # the H200 table, this target's SMs
-    assert forward_plan(x, None, info).tail == 1024 and backward_plan(x, info, allow_packed=True).tail == 1024
+    assert forward_plan(x, None, info).tail == 1024 and backward_plan(x, info, C.Provides(words=True)).tail == 1024
     yr, rstd_r, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
     y, rstd = nan_like((m, n), x.dtype, dev), nan_like((m,), torch.float32, dev)
     code = casting_code("llama", False)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import cuda.tile as ct
 
 from cutile_rms.rmsnorm import config as C
-from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import launch as L
+from cutile_rms.rmsnorm import signatures as S
 
 __all__ = ["Result", "backward_candidates", "forward_candidates", "row_dot_candidates", "tune_backward", "tune_forward"]
 
@@ -186,11 +186,9 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
     m, n = x.shape
     num_sms = device.num_sms
     has_weight = w is not None
-    w = w if has_weight else x
-    round_xhat = has_weight and casting != K.CAST_GEMMA
     refine = candidates is None
     candidates = candidates or backward_candidates(n)
-    partial = empty_f32((num_sms * max(C.OCCUPANCIES), n)) if has_weight else x
+    partial = empty_f32((num_sms * max(C.OCCUPANCIES), n)) if has_weight else None
     row_dot = empty_f32((m,))
     elem = x.dtype.itemsize
     results = []
@@ -198,16 +196,18 @@ def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream
     def plan(cfg):  # a row-dot config plans as a forward one does: same rows per tile and grid
         return C.backward_plan_from(cfg, cfg, m, n, num_sms)
 
+    def values(cfg):
+        return L.backward_values(plan(cfg), x, dy, w, rstd, dx, None, partial, row_dot, offset, casting)
+
     def tile_args(cfg):
-        p = plan(cfg)
-        return (x, dy, w, rstd, dx, partial, float(offset), p.tile_m, cfg.tile_n, has_weight, round_xhat, *cfg.memory)
+        return S.arguments("rms_bwd_tile", values(cfg))
 
     def dot_args(cfg):
-        return (x, dy, w, rstd, row_dot, float(offset), plan(cfg).dot_tile_m, cfg.tile_n, has_weight)
+        p = plan(cfg)
+        return S.arguments("rms_bwd_row_dot", dict(values(cfg), TILE_M=p.dot_tile_m, TILE_N=cfg.tile_n))
 
     def chunk_args(cfg):
-        return (x, dy, w, rstd, row_dot, dx, partial, float(offset), cfg.tile_m, cfg.tile_n, has_weight, round_xhat,
-                *cfg.memory)  # fmt: skip
+        return S.arguments("rms_bwd_chunked", dict(values(cfg), TILE_M=cfg.tile_m, TILE_N=cfg.tile_n))
 
     times, failed = {}, 0
     tiles = [c for c in candidates if c.kernel == "tile"]

@@ -264,6 +264,21 @@ def table_op(op: str, m: int | None) -> str:
     return f"{op}{FEW_ROWS_SUFFIX}" if m is not None and m <= FEW_ROWS else op
 
 
+@dataclass(frozen=True)
+class Provides:
+    """What a caller can give the kernels beyond its arrays; plans use only kernels it can run.
+
+    slots: zero-filled int64 workspaces, new for each launch (the split kernels' slots).
+    words: int32 views of 16-bit arrays, two elements per word (the packed backward).
+    """
+
+    slots: bool = True
+    words: bool = False
+
+
+ONLY_ARRAYS = Provides(slots=False, words=False)  # a caller that passes its arrays and nothing else
+
+
 def kernel_config(
     op: str,
     n: int,
@@ -271,19 +286,19 @@ def kernel_config(
     device_key: str | None,
     m: int | None = None,
     split_blocks: int = 0,
-    allow_packed: bool = False,
+    provides: Provides = ONLY_ARRAYS,
 ) -> KernelConfig:
     """The config for rows of n elements (m of them, if known): the table entry of n's bucket
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
     bucket. A split config is kept only if its blocks per row are at most split_blocks (the
     blocks that can run at once on the GPU; 0: the caller runs no split kernels); otherwise
-    the bucket's default serves. A packed config is kept only with allow_packed (a 16-bit
-    backward with an even n whose caller makes word views); otherwise it runs as "tile"."""
+    the bucket's default serves. A packed config is kept only where the caller provides words
+    (a 16-bit backward with an even n); otherwise it runs as "tile"."""
     b = bucket(n)
     ops = dict.fromkeys((table_op(op, m), op))  # few-row entries first
     found = next(filter(None, (tables.lookup(o, elem_size, b, device_key) for o in ops)), None)
     cfg = KernelConfig(*found) if found else DEFAULT_TABLE[op][b]
-    if cfg.kernel == "packed" and not (allow_packed and op == "backward" and elem_size == 2 and n % 2 == 0):
+    if cfg.kernel == "packed" and not (provides.words and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
     cfg = fit_to_row(cfg, n, op)
     if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
@@ -415,20 +430,21 @@ def plan_forward(
     *,
     elem_size: int = 2,
     device_key: str | None = None,
-    allow_split: bool = True,
+    provides: Provides = Provides(),  # noqa: B008 (a frozen, immutable default)
 ) -> ForwardPlan:
     """Choose the forward kernel, tile and grid for an (m, n) input of elem_size-byte elements
     on a GPU with num_sms SMs (device_key: see tables.lookup; None: defaults only).
 
     mode=None follows the table; "persistent" also does (so a row that fits no tile takes the
     table's chunked or split config); "gather" always takes the fixed GATHER config.
-    allow_split=False (a caller without the split kernels) never plans a split kernel.
+    provides: what the caller can give (Provides); without slots no split kernel is planned.
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} or None, got {mode!r}")
     if mode == "gather":
         return forward_plan_from(fit_to_row(GATHER, n, "forward"), m, num_sms, mode, n)
-    cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0)
+    cfg = kernel_config("forward", n, elem_size, device_key, m, split_blocks(num_sms) if provides.slots else 0,
+                        provides)  # fmt: skip
     if mode is None:
         mode = "gather" if cfg.kernel == "chunked" else "persistent"
     return forward_plan_from(cfg, m, num_sms, mode, n)
@@ -522,13 +538,12 @@ def plan_backward(
     *,
     elem_size: int = 2,
     device_key: str | None = None,
-    allow_split: bool = True,
-    allow_packed: bool = False,
+    provides: Provides = Provides(),  # noqa: B008 (a frozen, immutable default)
 ) -> BackwardPlan:
-    """Choose the backward kernels, tiles and grids for an (m, n) problem (allow_split: see
-    plan_forward; allow_packed: the caller can run the packed kernel, see kernel_config)."""
-    cfg = kernel_config("backward", n, elem_size, device_key, m, split_blocks(num_sms) if allow_split else 0,
-                        allow_packed)  # fmt: skip
+    """Choose the backward kernels, tiles and grids for an (m, n) problem (provides: what the
+    caller can give, Provides: slots for the split kernels, words for the packed one)."""
+    cfg = kernel_config("backward", n, elem_size, device_key, m, split_blocks(num_sms) if provides.slots else 0,
+                        provides)  # fmt: skip
     dot = kernel_config("backward_dot", n, elem_size, device_key, m)
     return backward_plan_from(cfg, dot, m, n, num_sms)
 

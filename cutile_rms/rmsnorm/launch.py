@@ -19,6 +19,7 @@ import threading
 from cutile_rms import interpret
 from cutile_rms._launch import launch, with_hints
 from cutile_rms.rmsnorm import kernels as K
+from cutile_rms.rmsnorm import signatures as S
 from cutile_rms.rmsnorm.config import (
     OCCUPANCIES,
     REDUCE_TILE_G,
@@ -26,6 +27,7 @@ from cutile_rms.rmsnorm.config import (
     WARPS,
     BackwardPlan,
     ForwardPlan,
+    Provides,
     plan_backward,
     plan_forward,
 )
@@ -66,22 +68,8 @@ class HintVariants:
         return k
 
 
-# (kind, store rstd) -> variants
-_FORWARD = {
-    ("tile", True): HintVariants(K.rms_fwd_tile),
-    ("tile", False): HintVariants(K.rms_fwd_tile_infer),
-    ("chunked", True): HintVariants(K.rms_fwd_chunked),
-    ("chunked", False): HintVariants(K.rms_fwd_chunked_infer),
-    ("split", True): HintVariants(K.rms_fwd_split),
-    ("split", False): HintVariants(K.rms_fwd_split_infer),
-}
-_BACKWARD = {
-    "tile": HintVariants(K.rms_bwd_tile),
-    "chunked": HintVariants(K.rms_bwd_chunked),
-    "row_dot": HintVariants(K.rms_bwd_row_dot),
-    "split": HintVariants(K.rms_bwd_split),
-    "packed": HintVariants(K.rms_bwd_packed),
-}
+# Every core kernel's objects by compiler hints, keyed by its name (signatures.PARAMS).
+_VARIANTS = {name: HintVariants(getattr(K, name)) for name in S.PARAMS}
 
 
 def half_code(dtype) -> int:
@@ -125,16 +113,16 @@ def check_arguments(x_shape, weight_shape, eps, offset) -> None:
 def forward_kernel(kind: str, hints: tuple, store_rstd: bool = True):
     """The forward kernel object of a kind ("tile", "chunked" or "split") and hints
     (occupancy, warps), with or without the rstd store."""
-    return _FORWARD[kind, store_rstd][hints]
+    return _VARIANTS[S.FORWARD[kind, store_rstd]][hints]
 
 
 def backward_kernel(kind: str, hints: tuple):
-    """The backward kernel object of a kind ("tile", "chunked", "row_dot" or "split") and
-    hints."""
-    return _BACKWARD[kind][hints]
+    """The backward kernel object of a kind ("tile", "chunked", "row_dot", "split" or
+    "packed") and hints."""
+    return _VARIANTS[S.BACKWARD[kind]][hints]
 
 
-def _split_consts(splits: int, slots_shape: tuple, polls: int | None) -> tuple:
+def _split_values(splits: int, slots_shape: tuple, polls: int | None) -> dict:
     """The split kernels' SPLIT, SLOTS_W and POLLS constants. POLLS (how many times a block
     polls for its partners before it puts a row tile aside, kernels.SPIN_LIMIT): polls, else
     SPIN_LIMIT, or 1 in the CPU interpreter, where no partner publishes while a block polls."""
@@ -142,7 +130,7 @@ def _split_consts(splits: int, slots_shape: tuple, polls: int | None) -> tuple:
         polls = 1 if interpret.is_enabled() else K.SPIN_LIMIT
     if not 1 <= polls <= K.SPIN_LIMIT:
         raise ValueError(f"polls must be in [1, {K.SPIN_LIMIT}], got {polls}")
-    return (splits, slots_shape[1], polls)
+    return dict(SPLIT=splits, SLOTS_W=slots_shape[1], POLLS=polls)
 
 
 def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream, slots=None,
@@ -151,27 +139,30 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
 
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
     plan, a zero-filled int64 array of shape plan.slots (ignored otherwise); polls: the split
-    kernels' poll bound (_split_consts; tests lower it to make blocks put row tiles aside).
+    kernels' poll bound (_split_values; tests lower it to make blocks put row tiles aside).
     """
     args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots, polls)
     launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
 
 
+def forward_values(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None,
+                   polls: int | None = None) -> dict:  # fmt: skip
+    """Plan's forward kernel's named values (signatures.PARAMS), placeholders included."""
+    has_weight = weight is not None
+    tma_store, latency = plan.memory
+    values = dict(x=x, w=weight if has_weight else x, y=y, rstd_out=rstd, slots=slots, eps=float(eps),
+                  offset=float(offset), TILE_M=plan.tile_m, TILE_N=plan.tile_n, TAIL=plan.tail, CASTING=casting,
+                  HAS_WEIGHT=has_weight, TMA_STORE=tma_store, LATENCY=latency)  # fmt: skip
+    if plan.kernel == "split":
+        values.update(_split_values(plan.splits, plan.slots, polls))
+    return values
+
+
 def forward_args(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, slots=None,
                  polls: int | None = None) -> tuple:  # fmt: skip
     """The arguments of plan's forward kernel (launch_forward; the tuner times them too)."""
-    has_weight = weight is not None
-    w = weight if has_weight else x
-    tiles = (plan.tile_m, plan.tile_n)
-    if plan.kernel == "split":
-        tiles += _split_consts(plan.splits, plan.slots, polls)
-    elif plan.kernel == "tile":
-        tiles += (plan.tail,)
-    consts = (*tiles, casting, has_weight, *plan.memory)
-    extra = (slots,) if plan.kernel == "split" else ()
-    if rstd is None:
-        return (x, w, y, *extra, float(eps), float(offset), *consts)
-    return (x, w, y, rstd, *extra, float(eps), float(offset), *consts)
+    name = S.FORWARD[plan.kernel, rstd is not None]
+    return S.arguments(name, forward_values(plan, x, weight, y, rstd, eps, offset, casting, slots, polls))
 
 
 def launch_backward(
@@ -201,44 +192,58 @@ def launch_backward(
     views (n / 2 words per row) and half names their 16-bit type (half_code).
     """
     has_weight = weight is not None
-    w = weight if has_weight else x
-    partial = dw_partial if has_weight else x
-    round_xhat = has_weight and casting != K.CAST_GEMMA
-    packed = plan.kernel == "packed"
-    if plan.kernel in ("tile", "packed"):  # packed: widths in words, then the tail and the 16-bit type
-        tiles = (plan.tile_m, plan.tile_n // 2, plan.tail // 2, half) if packed else (plan.tile_m, plan.tile_n)
-        args = (x, dy, w, rstd, dx, partial, float(offset), *tiles, has_weight, round_xhat, *plan.memory)
-        launch(stream, (plan.partial_rows,), _BACKWARD[plan.kernel][plan.hints], args)
+    values = backward_values(plan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset, casting, slots, half,
+                             polls)  # fmt: skip
+    if plan.kernel in ("tile", "packed"):
+        launch(stream, (plan.partial_rows,), backward_kernel(plan.kernel, plan.hints), _args(plan.kernel, values))
     elif plan.kernel == "split":
-        args = (x, dy, w, rstd, dx, partial, slots, float(offset), plan.tile_m, plan.tile_n,
-                *_split_consts(plan.num_chunks, plan.slots, polls), has_weight, round_xhat, *plan.memory)  # fmt: skip
-        launch(stream, (plan.partial_rows * plan.num_chunks,), _BACKWARD["split"][plan.hints], args)
+        launch(stream, (plan.partial_rows * plan.num_chunks,), backward_kernel("split", plan.hints),
+               _args("split", values))  # fmt: skip
     else:
-        dot_args = (x, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
-        launch(stream, (plan.dot_grid,), _BACKWARD["row_dot"][plan.dot_hints], dot_args)
-        args = (x, dy, w, rstd, row_dot, dx, partial, float(offset), plan.tile_m, plan.tile_n, has_weight, round_xhat,
-                *plan.memory)  # fmt: skip
-        launch(stream, (plan.partial_rows, plan.num_chunks), _BACKWARD["chunked"][plan.hints], args)
-    if has_weight and packed:
-        launch(
-            stream, (plan.reduce_grid,), K.dw_reduce_packed, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N // 2, half)
-        )
-    elif has_weight:
-        launch(stream, (plan.reduce_grid,), K.dw_reduce, (dw_partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
+        dot = dict(values, TILE_M=plan.dot_tile_m, TILE_N=plan.dot_tile_n)
+        launch(stream, (plan.dot_grid,), backward_kernel("row_dot", plan.dot_hints), _args("row_dot", dot))
+        launch(stream, (plan.partial_rows, plan.num_chunks), backward_kernel("chunked", plan.hints),
+               _args("chunked", values))  # fmt: skip
+    if has_weight:  # the fixed-order sum of the fp32 partials (TILE_W: in words)
+        reduce = "dw_reduce_packed" if plan.kernel == "packed" else "dw_reduce"
+        rv = dict(dw_partial=dw_partial, dw=dw, TILE_G=REDUCE_TILE_G, TILE_N=REDUCE_TILE_N, TILE_W=REDUCE_TILE_N // 2,
+                  HALF=half)  # fmt: skip
+        launch(stream, (plan.reduce_grid,), _VARIANTS[reduce].kernel, S.arguments(reduce, rv))
 
 
-def forward_plan(x, mode, device, allow_split: bool = True) -> ForwardPlan:
+def _args(kind: str, values: dict) -> tuple:
+    return S.arguments(S.BACKWARD[kind], values)
+
+
+def backward_values(plan: BackwardPlan, x, dy, weight, rstd, dx, dw, dw_partial, row_dot, offset: float,
+                    casting: int, slots=None, half=K.HALF_BF16, polls: int | None = None) -> dict:  # fmt: skip
+    """Named values (signatures.PARAMS) of plan's backward kernels and the dW reduction: tile
+    widths in words for a packed plan, placeholders for absent arrays."""
+    has_weight = weight is not None
+    tma_store, latency = plan.memory
+    values = dict(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
+                  dw_partial=dw_partial if has_weight else x, dw=dw, c_out=row_dot, c_in=row_dot, slots=slots,
+                  offset=float(offset), TILE_M=plan.tile_m, TILE_N=plan.tile_n, HAS_WEIGHT=has_weight,
+                  ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, TMA_STORE=tma_store,
+                  LATENCY=latency)  # fmt: skip
+    if plan.kernel == "packed":  # widths in words, then the tail and the 16-bit type
+        values.update(TILE_W=plan.tile_n // 2, TAIL_W=plan.tail // 2, HALF=half)
+    if plan.kernel == "split":
+        values.update(_split_values(plan.num_chunks, plan.slots, polls))
+    return values
+
+
+def forward_plan(x, mode, device, provides: Provides = Provides()) -> ForwardPlan:  # noqa: B008 (frozen)
     """The forward plan for an (m, n) array x on a device (a _device.DeviceInfo)."""
     m, n = x.shape
     key = device.key
-    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split)
+    return plan_forward(m, n, device.num_sms, mode, elem_size=x.dtype.itemsize, device_key=key, provides=provides)
 
 
-def backward_plan(x, device, allow_split: bool = True, allow_packed: bool = False) -> BackwardPlan:
+def backward_plan(x, device, provides: Provides = Provides()) -> BackwardPlan:  # noqa: B008 (frozen)
     m, n = x.shape
     key = device.key
-    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=key, allow_split=allow_split,
-                         allow_packed=allow_packed)  # fmt: skip
+    return plan_backward(m, n, device.num_sms, elem_size=x.dtype.itemsize, device_key=key, provides=provides)
 
 
 def _slots(plan, int64):
@@ -252,7 +257,7 @@ def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mod
     """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
     _device.DeviceInfo); see :func:`launch_forward`. int64(shape, zeroed) allocates the split
     plans' workspaces on x's device (None: plans that need one fall back to others)."""
-    plan = forward_plan(x, mode, device, allow_split=int64 is not None)
+    plan = forward_plan(x, mode, device, Provides(slots=int64 is not None))
     launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, int64))
 
 
@@ -264,14 +269,14 @@ def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty
     packed kernel is planned only when it is given and every view can be made)."""
     m, n = x.shape
     packable = as_words is not None and (weight is None or weight.dtype == x.dtype)
-    plan = backward_plan(x, device, allow_split=int64 is not None, allow_packed=packable)
+    plan = backward_plan(x, device, Provides(slots=int64 is not None, words=packable))
     arrays = (x, dy, weight, dx, dw)
     half = K.HALF_BF16  # unused unless packed
     if plan.kernel == "packed":
         half = half_code(x.dtype)
         words = [None if a is None else as_words(a) for a in arrays]
         if any(v is None for a, v in zip(arrays, words, strict=False) if a is not None):  # an odd offset or row stride
-            plan = backward_plan(x, device, allow_split=int64 is not None)
+            plan = backward_plan(x, device, Provides(slots=int64 is not None))
         else:
             arrays = words
     dw_partial = None if weight is None else empty_f32(plan.partial_shape(n))

@@ -5,7 +5,7 @@ arrays are replaced by placeholders that the kernels' compile-time flags never t
 from cutile_rms._launch import launch
 from cutile_rms.experimental.fused_add import kernels as K
 from cutile_rms.rmsnorm import kernels as RK
-from cutile_rms.rmsnorm.config import REDUCE_TILE_G, REDUCE_TILE_N
+from cutile_rms.rmsnorm.config import ONLY_ARRAYS, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants, backward_kernel, backward_plan, forward_plan
 
 __all__ = ["run_fused_backward", "run_fused_forward", "run_fused_forward_inplace"]
@@ -23,7 +23,7 @@ _BWD_CHUNKED = HintVariants(K.fused_add_bwd_chunked)
 def _forward(flavour, arrays, weight, eps, offset, casting, mode, device, stream):
     x = arrays[0]
     m, n = x.shape
-    plan = forward_plan(x, mode, device, allow_split=False)  # no split kernels here
+    plan = forward_plan(x, mode, device, ONLY_ARRAYS)  # no split kernels here
     tiles, chunked = _FORWARD[flavour]
     has_weight = weight is not None
     args = (*arrays[:2], weight if has_weight else x, *arrays[2:], float(eps), float(offset), plan.tile_m,
@@ -57,7 +57,7 @@ def run_fused_backward(s, dy, dres, weight, rstd, dx, dr, dw, offset, casting, e
     and dw (unless weight is None) through fp32 per-block partials reduced in a fixed order.
     empty_f32(shape) allocates the fp32 workspaces on s's device."""
     m, n = s.shape
-    plan = backward_plan(s, device, allow_split=False)
+    plan = backward_plan(s, device, ONLY_ARRAYS)
     has_weight = weight is not None
     w = weight if has_weight else s
     partial = empty_f32((plan.partial_rows, n)) if has_weight else s
