@@ -54,7 +54,7 @@ KERNELS = ("tile", "chunked", "split", "packed")
 MAX_SPLIT = 16
 
 # Packed words (kernel "packed", backward of 16-bit inputs only): the tile backward on int32
-# views of x, dy, dx and the weight, two elements per word (kernels.py says why). It needs an
+# views of x, dy, dx and the weight, two elements per word (kernels/packed.py says why). It needs an
 # even row length, a weight of x's dtype (or none) and a caller that can make the views; a
 # packed config falls back to the same tile config otherwise.
 
