@@ -4,8 +4,9 @@ Providers: cutile_rms (experimental ``fused_add_rms_norm``), Liger-Kernel's
 ``LigerFusedAddRMSNormFunction`` and an unfused ``x + residual`` then ``F.rms_norm``, eager
 (``torch``) and under ``torch.compile``. Streams: ``same`` (the residual has x's dtype) and
 ``fp32`` (an fp32 residual stream beside bf16/fp16 activations; Liger has no such mode).
-Ops: fwd (forward that keeps what backward needs), fwd_infer, bwd (the gradients of x,
-residual and weight from those of y and residual_out). Every provider is checked against
+Ops: fwd (forward that keeps what backward needs), fwd_infer, fwd_post (post-norm inference:
+y only, the sum not written; providers that cannot skip it still pay for it), bwd (the
+gradients of x, residual and weight from those of y and residual_out). Every provider is checked against
 float64 before it is timed; timing, the copy ceiling and the CSV/summary are the main
 benchmark's (bench.timing, bench.report).
 """
@@ -23,7 +24,7 @@ from bench import timing as T
 from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, status_rows
 
 EPS = 1e-6
-OPS = ("fwd", "fwd_infer", "bwd")
+OPS = ("fwd", "fwd_infer", "fwd_post", "bwd")
 STREAMS = ("same", "fp32")
 
 
@@ -34,6 +35,7 @@ def op_bytes(op: str, m: int, n: int, dtype: str, stream: str) -> int:
     ew = of the weight (x's dtype). When the residual has x's dtype, the gradients of x and of
     the residual are equal and written once.
       fwd_infer = M*N*(ex (x) + es (residual) + ex (y) + es (residual_out)) + N*ew
+      fwd_post  = fwd_infer - M*N*es (no residual_out)
       fwd       = fwd_infer + 4*M (rstd)
       bwd       = M*N*(es (residual_out) + ex (dy) + es (d residual_out) + ex (dx)
                   [+ es (d residual) if its dtype differs]) + 4*M (rstd) + 2*N*ew (w, dw)
@@ -43,15 +45,17 @@ def op_bytes(op: str, m: int, n: int, dtype: str, stream: str) -> int:
     fwd_infer = m * n * (2 * ex + 2 * es) + n * ex
     if op == "fwd_infer":
         return fwd_infer
+    if op == "fwd_post":
+        return fwd_infer - m * n * es
     if op == "fwd":
         return fwd_infer + 4 * m
     return m * n * (2 * es + 2 * ex + (es if es != ex else 0)) + 4 * m + 2 * n * ex
 
 
-def _ours(x, r, w):
+def _ours(x, r, w, store_residual=True):
     from cutile_rms.experimental import fused_add_rms_norm
 
-    return fused_add_rms_norm(x, r, w, EPS)
+    return fused_add_rms_norm(x, r, w, EPS, store_residual=store_residual)
 
 
 def _unfused(x, r, w):
@@ -120,11 +124,12 @@ def _calls(fn, op, sets):
     for x, r, w, dy, ds in sets:
         if op == "fwd":
             calls.append(lambda x=x, r=r, w=w: fn(x, r, w))
-        elif op == "fwd_infer":
+        elif op in ("fwd_infer", "fwd_post"):
+            post = op == "fwd_post" and fn is _ours
 
-            def f(x=x, r=r, w=w):
+            def f(x=x, r=r, w=w, post=post):
                 with torch.no_grad():
-                    return fn(x, r, w)
+                    return _ours(x, r, w, store_residual=False) if post else fn(x, r, w)
 
             calls.append(f)
         else:

@@ -399,41 +399,46 @@ FUSED_CHECKS = {(x, s, w): (i + j) % 2 == 0 for i, (x, s) in enumerate(FUSED_STR
 
 def fused_jobs(add):
     """The experimental fused residual-add kernels: every flavour and flag at one tile shape,
-    for same-dtype residual streams and an fp32 stream beside bf16 activations."""
+    for same-dtype residual streams and an fp32 stream beside bf16 activations; the post-norm
+    inference forward (the sum not stored) with a weight."""
     s_f, s_b, ch = REP_FWD, REP_BWD, REP_CHUNK
     for x, s in FUSED_STREAMS:
         casting = K.CAST_GEMMA if s == "float32" else K.CAST_LLAMA
         for w in (x, None):
-            wa = arr(w, 1) if w else arr(x, 2)
-            common = [F32, F32]
-            for flavour, tiles, chunked in (
-                ("train", *FL._FORWARD["train"]), ("infer", *FL._FORWARD["infer"]), ("inplace", *FL._FORWARD["inplace"])
-            ):  # fmt: skip
-                if flavour == "inplace":
-                    arrays = [arr(x, 2), arr(s, 2), wa]
-                else:
-                    rstd = [mvec()] if flavour == "train" else []
-                    arrays = [arr(x, 2), arr(s, 2), wa, arr(x, 2), arr(s, 2), *rstd]
-                # the bounds-check flag at every other (stream, weight) pair: both values, each pair once
-                check = FUSED_CHECKS[(x, s, w)]
-                add(f"fused fwd {flavour} tile x={x} s={s} w={w} check_bounds={check}",
-                    tiles[s_f.hints], [*arrays, *common, s_f.tile_m, s_f.tile_n, 0, casting, w is not None,
-                                       check, *s_f.memory])  # fmt: skip
-                add(f"fused fwd {flavour} chunked x={x} s={s} w={w}", chunked[ch.hints],
-                    [*arrays, *common, ch.tile_m, ch.tile_n, casting, w is not None, *ch.memory])  # fmt: skip
+            base = dict(x=arr(x, 2), r=arr(s, 2), w=arr(w, 1) if w else arr(x, 2), y=arr(x, 2), s_out=arr(s, 2),
+                        rstd_out=mvec(), eps=F32, offset=F32, CASTING=casting, HAS_WEIGHT=w is not None)  # fmt: skip
+            # the bounds-check flag at every other (stream, weight) pair: both values, each pair once
+            check = FUSED_CHECKS[(x, s, w)]
+            residuals = (K.RESIDUAL_ADD, K.RESIDUAL_ADD_UNSTORED) if w else (K.RESIDUAL_ADD,)
+            for flavour in FL.FLAVOURS:
+                for residual in residuals if flavour == "infer" else (K.RESIDUAL_ADD,):
+                    tag = f"{flavour} x={x} s={s} w={w} residual={residual}"
+                    name = FL.forward_kernel_name("tile", flavour)
+                    values = dict(base, TILE_M=s_f.tile_m, TILE_N=s_f.tile_n, TAIL=0, RESIDUAL=residual,
+                                  CHECK_BOUNDS=check, **_memory(s_f.memory))  # fmt: skip
+                    add(f"fused fwd tile {tag} check_bounds={check}", FL._VARIANTS[name][s_f.hints],
+                        list(FL.arguments(name, values)))  # fmt: skip
+                    name = FL.forward_kernel_name("chunked", flavour)
+                    values = dict(base, TILE_M=ch.tile_m, TILE_N=ch.tile_n, RESIDUAL=residual, **_memory(ch.memory))
+                    add(f"fused fwd chunked {tag}", FL._VARIANTS[name][ch.hints], list(FL.arguments(name, values)))
             for add_dres, two in itertools.product((False, True), (False, True) if x != s else (False,)):
-                round_xhat = w is not None and casting != K.CAST_GEMMA
-                dres = arr(s, 2) if add_dres else arr(x, 2)
-                dr = arr(s, 2) if two else arr(x, 2)
-                part = arr("float32", 2) if w else arr(s, 2)
-                flags = [w is not None, round_xhat, add_dres, two, *NO_MEMORY_KNOBS]
-                add(f"fused bwd tile x={x} s={s} w={w} dres={add_dres} two={two}", FL._BWD_TILE[s_b.hints],
-                    [arr(s, 2), arr(x, 2), dres, wa, mvec(), arr(x, 2), dr, part, F32, s_b.tile_m,
-                     s_b.tile_n, *flags])  # fmt: skip
-                add(f"fused bwd chunked x={x} s={s} w={w} dres={add_dres} two={two}",
-                    FL._BWD_CHUNKED[ch.hints],
-                    [arr(s, 2), arr(x, 2), dres, wa, mvec(), mvec(), arr(x, 2), dr, part, F32,
-                     ch.tile_m, ch.tile_n, *flags])  # fmt: skip
+                values = dict(s=arr(s, 2), dy=arr(x, 2), dres=arr(s, 2) if add_dres else arr(x, 2),
+                              w=arr(w, 1) if w else arr(x, 2), rstd_in=mvec(), c_in=mvec(), dx=arr(x, 2),
+                              dr=arr(s, 2) if two else arr(x, 2), dw_partial=arr("float32", 2) if w else arr(s, 2),
+                              offset=F32, HAS_WEIGHT=w is not None,
+                              ROUND_XHAT=w is not None and casting != K.CAST_GEMMA, ADD_DRES=add_dres,
+                              TWO_OUTPUTS=two, **_memory(NO_MEMORY_KNOBS))  # fmt: skip
+                tag = f"x={x} s={s} w={w} dres={add_dres} two={two}"
+                add(
+                    f"fused bwd tile {tag}",
+                    FL._VARIANTS["fused_add_bwd_tile"][s_b.hints],
+                    list(FL.arguments("fused_add_bwd_tile", dict(values, TILE_M=s_b.tile_m, TILE_N=s_b.tile_n))),
+                )
+                add(
+                    f"fused bwd chunked {tag}",
+                    FL._VARIANTS["fused_add_bwd_chunked"][ch.hints],
+                    list(FL.arguments("fused_add_bwd_chunked", dict(values, TILE_M=ch.tile_m, TILE_N=ch.tile_n))),
+                )
 
 
 def _compile_one(args):

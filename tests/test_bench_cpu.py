@@ -229,6 +229,7 @@ def test_fused_add_byte_counts():
     # bf16 everywhere: x, residual in; y, residual_out out (+ weight); rstd for training.
     assert op_bytes("fwd_infer", m, n, "bfloat16", "same") == 4 * m * n * 2 + n * 2
     assert op_bytes("fwd", m, n, "bfloat16", "same") == 4 * m * n * 2 + n * 2 + 4 * m
+    assert op_bytes("fwd_post", m, n, "bfloat16", "same") == 3 * m * n * 2 + n * 2  # no residual_out
     # bwd reads residual_out, dy, d residual_out and writes dx once (= d residual).
     assert op_bytes("bwd", m, n, "bfloat16", "same") == 4 * m * n * 2 + 4 * m + 2 * n * 2
     # fp32 stream: residual, residual_out, their gradients in fp32; d residual written apart.
@@ -240,8 +241,9 @@ def test_fused_add_bench_runs_through_the_interpreter(tmp_path):
     """python -m bench.fused_add without a GPU: every row is checked and timed (or missing)."""
     from bench import fused_add
 
-    argv = ["--dtype", "bfloat16", "--op", "fwd", "bwd", "--out", str(tmp_path)]
+    argv = ["--dtype", "bfloat16", "--op", "fwd", "fwd_post", "bwd", "--out", str(tmp_path)]
     rows = read_csv_after(fused_add.main, argv, tmp_path)
+    assert {r["op"] for r in rows} == {"fwd", "fwd_post", "bwd"}
     ours = [r for r in rows if r["provider"] == "cutile_rms"]
     assert ours and all(r["status"] == "ok" and float(r["time_us"]) > 0 for r in ours)
     assert {r["variant"] for r in ours} == {"same", "fp32"}

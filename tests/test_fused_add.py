@@ -225,3 +225,39 @@ def test_output_grads_may_be_absent(dev, gen):
     g = torch.randn(s.shape, generator=gen).to(dev)
     s.backward(g)
     assert torch.equal(xg.grad, g) and torch.equal(rg.grad, g)
+
+
+@pytest.mark.parametrize("shape", [(37, 1000), (5, 20000)], ids=["tile", "chunked"])
+@pytest.mark.parametrize("r_dtype,s_arg", [(torch.bfloat16, None), (torch.bfloat16, torch.float32)], ids=str)
+def test_post_norm_does_not_write_the_sum(dev, shape, r_dtype, s_arg, gen):
+    """store_residual=False (post-norm): y is bitwise the y of the storing forward and
+    residual_out is None; with grad the backward still works and matches the storing one."""
+    x, r, w = make(shape, torch.bfloat16, r_dtype, dev, gen)
+    y_ref, s_ref = fused_add_rms_norm(x, r, w, EPS, residual_dtype=s_arg)
+    r0 = r.clone()
+    y, s = fused_add_rms_norm(x, r, w, EPS, residual_dtype=s_arg, store_residual=False)
+    assert s is None and torch.equal(y, y_ref)
+    assert torch.equal(r, r0)  # the sum went nowhere (the residual only names its dtype)
+    xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+    y2, s2 = fused_add_rms_norm(xg, rg, wg, EPS, residual_dtype=s_arg, store_residual=False)
+    assert s2 is None and torch.equal(y2.detach(), y_ref)
+    dy = torch.randn(shape, generator=gen).to(dev, x.dtype)
+    grads = torch.autograd.grad(y2, [xg, rg, wg], dy)
+    xh, rh, wh = (t.clone().requires_grad_() for t in (x, r, w))
+    ref = torch.autograd.grad(fused_add_rms_norm(xh, rh, wh, EPS, residual_dtype=s_arg)[0], [xh, rh, wh], dy)
+    assert all(torch.equal(a, b) for a, b in zip(grads, ref, strict=True))
+
+
+def test_signatures_are_the_kernels():
+    """The launcher's one spelling of each fused kernel's parameters is the kernel's own."""
+    import inspect
+
+    import cuda.tile as ct
+
+    from cutile_rms.experimental.fused_add import kernels as FK
+    from cutile_rms.experimental.fused_add import launch as FL
+
+    kernels = {name: obj for name, obj in vars(FK).items() if isinstance(obj, ct.kernel)}
+    assert set(kernels) == set(FL.PARAMS)
+    for name, kernel in kernels.items():
+        assert tuple(inspect.signature(kernel._pyfunc).parameters) == FL.PARAMS[name], name

@@ -41,18 +41,22 @@ def _validate(x, residual, weight, eps, offset, casting_mode, residual_dtype):
     return casting_code(casting_mode, residual_dtype == torch.float32), residual_dtype
 
 
-def _forward(x, residual, weight, eps, offset, casting, s_dtype, store_rstd):
+def _forward(x, residual, weight, eps, offset, casting, s_dtype, store_rstd, store_sum=True):
+    """(y, s or None, rstd or None); store_sum=False (no rstd then): s is normalized, not stored."""
     n = x.shape[-1]
     x2, r2 = rows_view(x, n), rows_view(residual, n)
     m = x2.shape[0]
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
-    s = torch.empty(x.shape, dtype=s_dtype, device=x.device)
+    s = torch.empty(x.shape, dtype=s_dtype, device=x.device) if store_sum else None
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if store_rstd else None
     if m:
         r = None if rstd is None else rstd.view(m)
+        s2 = None if s is None else as_rows(s, m, n)
+        # Without s, an array of its dtype names the sum's dtype (never read or written).
+        like = r2 if s_dtype == residual.dtype else x2.new_empty((1, 1), dtype=s_dtype)
         launch_on_device(
-            x, run_fused_forward, x2, r2, unit_stride(weight), as_rows(y, m, n), as_rows(s, m, n), r, eps, offset,
-            casting, None,
+            x, run_fused_forward, x2, r2, unit_stride(weight), as_rows(y, m, n), s2, r, eps, offset, casting, None,
+            s_dtype_like=like,
         )  # fmt: skip
     return y, s, rstd
 
@@ -110,7 +114,8 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         return (dx if need[0] else None, dr if need[1] else None, dw if need[2] else None, None, None, None, None)
 
 
-def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", residual_dtype=None):
+def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", residual_dtype=None,
+                       store_residual=True):  # fmt: skip
     """``residual_out = x + residual``; ``y = rms_norm(residual_out) * (offset + weight)``.
     Returns ``(y, residual_out)``. Experimental.
 
@@ -126,16 +131,21 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, *, offset=0.0, castin
         residual_dtype: dtype of residual_out (default: residual's), e.g. torch.float32 to keep
             an fp32 residual stream beside bf16 activations. The sum is computed in fp32 and
             rounded once to it.
+        store_residual: False for a post-norm layer, whose sum is only normalized: residual_out
+            is not written (returned as None), which saves its bytes. With grad, the sum is
+            still stored, for the backward, but not returned.
 
     Returns:
-        y in x's dtype, ``residual_out`` in residual_dtype; both contiguous.
+        y in x's dtype, ``residual_out`` in residual_dtype (None with store_residual=False);
+        both contiguous.
     """
     casting, s_dtype = _validate(x, residual, weight, eps, offset, casting_mode, residual_dtype)
     eps, offset = float(eps), float(offset)
     tensors = (x, residual, weight)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return FusedAddRMSNormFunction.apply(x, residual, weight, eps, offset, casting, s_dtype)
-    y, s, _ = _forward(x, residual, weight, eps, offset, casting, s_dtype, store_rstd=False)
+        y, s = FusedAddRMSNormFunction.apply(x, residual, weight, eps, offset, casting, s_dtype)
+        return (y, s) if store_residual else (y, None)
+    y, s, _ = _forward(x, residual, weight, eps, offset, casting, s_dtype, store_rstd=False, store_sum=store_residual)
     return y, s
 
 

@@ -17,7 +17,13 @@ sum is the identity: ds = d(rms_norm)/ds + dres goes to both x and r.
 import cuda.tile as ct
 
 from cutile_rms._launch import experimental_kernel
-from cutile_rms.rmsnorm.kernels import _bwd_chunk_cols, _bwd_tile_rows, _fwd_chunked_rows, _fwd_tile_rows
+from cutile_rms.rmsnorm.kernels import (
+    RESIDUAL_ADD,
+    _bwd_chunk_cols,
+    _bwd_tile_rows,
+    _fwd_chunked_rows,
+    _fwd_tile_rows,
+)
 
 C_INT = ct.Constant[int]
 C_BOOL = ct.Constant[bool]
@@ -30,17 +36,18 @@ def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, 
                        LATENCY: C_INT):  # fmt: skip
     """Training forward, one tile per row (two with TAIL > 0, as in the plain kernel): y, s and
     rstd. CHECK_BOUNDS=False when the shapes are aligned to the tile (no masked lanes)."""
-    _fwd_tile_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True, True,
-                   CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
+    _fwd_tile_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True,
+                   RESIDUAL_ADD, CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT,
-                             CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
-                             LATENCY: C_INT):  # fmt: skip
-    """Inference forward, one tile per row: y and s, no rstd."""
-    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, True,
+                             CASTING: C_INT, HAS_WEIGHT: C_BOOL, RESIDUAL: C_INT, CHECK_BOUNDS: C_BOOL,
+                             TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
+    """Inference forward, one tile per row: y and s (RESIDUAL_ADD) or y only
+    (RESIDUAL_ADD_UNSTORED: post-norm, s_out only names the sum's dtype), no rstd."""
+    _fwd_tile_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, RESIDUAL,
                    CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
@@ -51,7 +58,7 @@ def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_IN
                                LATENCY: C_INT):  # fmt: skip
     """In-place inference forward, one tile per row: s into r, y into x. Each tile is loaded
     before it is overwritten, and x and r are each one array (no aliasing between arguments)."""
-    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, True,
+    _fwd_tile_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, RESIDUAL_ADD,
                    CHECK_BOUNDS, TMA_STORE, LATENCY)  # fmt: skip
 
 
@@ -60,16 +67,17 @@ def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_IN
 def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                           HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Training forward for rows longer than one tile (two passes over column chunks)."""
-    _fwd_chunked_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, True,
+    _fwd_chunked_rows(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, RESIDUAL_ADD,
                       False, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @experimental_kernel
 @ct.kernel
 def fused_add_fwd_chunked_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
-                                HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
-    """Inference forward for long rows: y and s, no rstd."""
-    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, False,
+                                HAS_WEIGHT: C_BOOL, RESIDUAL: C_INT, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
+    """Inference forward for long rows: y and s (or y only, as fused_add_fwd_tile_infer), no
+    rstd; the second pass recomputes s from x and r."""
+    _fwd_chunked_rows(x, r, w, y, s_out, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, RESIDUAL, False,
                       TMA_STORE, LATENCY)  # fmt: skip
 
 
@@ -79,7 +87,7 @@ def fused_add_fwd_chunked_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C
                                   HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """In-place inference forward for long rows: the first pass writes s into r, the second
     reads it back from r and writes y into x."""
-    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, True, True,
+    _fwd_chunked_rows(x, r, w, x, r, x, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, RESIDUAL_ADD, True,
                       TMA_STORE, LATENCY)  # fmt: skip
 
 

@@ -5,51 +5,88 @@ arrays are replaced by placeholders that the kernels' compile-time flags never t
 from cutile_rms._launch import launch
 from cutile_rms.experimental.fused_add import kernels as K
 from cutile_rms.rmsnorm import kernels as RK
+from cutile_rms.rmsnorm import signatures as S
 from cutile_rms.rmsnorm.config import ONLY_ARRAYS, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants, backward_kernel, backward_plan, forward_plan
 
 __all__ = ["run_fused_backward", "run_fused_forward", "run_fused_forward_inplace"]
 
-# (tile kernels, chunked kernels), each by compiler hints, per forward flavour.
-_FORWARD = {
-    "train": (HintVariants(K.fused_add_fwd_tile), HintVariants(K.fused_add_fwd_chunked)),
-    "infer": (HintVariants(K.fused_add_fwd_tile_infer), HintVariants(K.fused_add_fwd_chunked_infer)),
-    "inplace": (HintVariants(K.fused_add_fwd_tile_inplace), HintVariants(K.fused_add_fwd_chunked_inplace)),
+_FWD_TAIL = ("CASTING", "HAS_WEIGHT")
+_MEMORY = ("TMA_STORE", "LATENCY")
+_BWD = ("offset", "TILE_M", "TILE_N", "HAS_WEIGHT", "ROUND_XHAT", "ADD_DRES", "TWO_OUTPUTS") + _MEMORY
+# Each kernel's host-side signature, spelled once (tests/test_fused_add.py checks them against
+# the kernels; tests/aot.py builds its compile jobs from them).
+PARAMS = {
+    "fused_add_fwd_tile": ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_M", "TILE_N", "TAIL")
+    + _FWD_TAIL
+    + ("CHECK_BOUNDS",)
+    + _MEMORY,
+    "fused_add_fwd_tile_infer": ("x", "r", "w", "y", "s_out", "eps", "offset", "TILE_M", "TILE_N", "TAIL")
+    + _FWD_TAIL
+    + ("RESIDUAL", "CHECK_BOUNDS")
+    + _MEMORY,
+    "fused_add_fwd_tile_inplace": ("x", "r", "w", "eps", "offset", "TILE_M", "TILE_N", "TAIL")
+    + _FWD_TAIL
+    + ("CHECK_BOUNDS",)
+    + _MEMORY,
+    "fused_add_fwd_chunked": ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_M", "TILE_N")
+    + _FWD_TAIL
+    + _MEMORY,
+    "fused_add_fwd_chunked_infer": ("x", "r", "w", "y", "s_out", "eps", "offset", "TILE_M", "TILE_N")
+    + _FWD_TAIL
+    + ("RESIDUAL",)
+    + _MEMORY,
+    "fused_add_fwd_chunked_inplace": ("x", "r", "w", "eps", "offset", "TILE_M", "TILE_N") + _FWD_TAIL + _MEMORY,
+    "fused_add_bwd_tile": ("s", "dy", "dres", "w", "rstd_in", "dx", "dr", "dw_partial") + _BWD,
+    "fused_add_bwd_chunked": ("s", "dy", "dres", "w", "rstd_in", "c_in", "dx", "dr", "dw_partial") + _BWD,
 }
-_BWD_TILE = HintVariants(K.fused_add_bwd_tile)
-_BWD_CHUNKED = HintVariants(K.fused_add_bwd_chunked)
+_VARIANTS = {name: HintVariants(getattr(K, name)) for name in PARAMS}
+FLAVOURS = ("train", "infer", "inplace")
 
 
-def _forward(flavour, arrays, weight, eps, offset, casting, mode, device, stream):
-    x = arrays[0]
+def forward_kernel_name(kind: str, flavour: str) -> str:
+    """The fused forward kernel of a kind ("tile" or "chunked") and flavour."""
+    return f"fused_add_fwd_{kind}" + ("" if flavour == "train" else f"_{flavour}")
+
+
+def arguments(name: str, values: dict) -> tuple:
+    return tuple(values[k] for k in PARAMS[name])
+
+
+def _forward(flavour, values, eps, offset, casting, mode, device, stream, residual=RK.RESIDUAL_ADD):
+    x = values["x"]
     m, n = x.shape
     plan = forward_plan(x, mode, device, ONLY_ARRAYS)  # no split kernels here
-    tiles, chunked = _FORWARD[flavour]
-    has_weight = weight is not None
-    args = (*arrays[:2], weight if has_weight else x, *arrays[2:], float(eps), float(offset), plan.tile_m,
-            plan.tile_n)  # fmt: skip
-    if plan.kernel == "tile":
-        # No-mask fast path: rows fill the tile exactly and row tiles divide M, so every load
-        # and store is in bounds and the kernel may skip the checks.
-        aligned = n == plan.tile_n and m % plan.tile_m == 0
-        launch(stream, (plan.grid,), tiles[plan.hints], (*args, plan.tail, casting, has_weight, not aligned,
-                                                         *plan.memory))  # fmt: skip
-    else:
-        launch(stream, (plan.grid,), chunked[plan.hints], (*args, casting, has_weight, *plan.memory))
+    has_weight = values["w"] is not None
+    values = dict(values, w=values["w"] if has_weight else x, eps=float(eps), offset=float(offset),
+                  TILE_M=plan.tile_m, TILE_N=plan.tile_n, TAIL=plan.tail, CASTING=casting, HAS_WEIGHT=has_weight,
+                  RESIDUAL=residual, TMA_STORE=plan.memory[0], LATENCY=plan.memory[1],
+                  # No-mask fast path (tile): rows fill the tile exactly and row tiles divide M, so
+                  # every load and store is in bounds and the kernel may skip the checks.
+                  CHECK_BOUNDS=not (n == plan.tile_n and m % plan.tile_m == 0))  # fmt: skip
+    name = forward_kernel_name("tile" if plan.kernel == "tile" else "chunked", flavour)
+    launch(stream, (plan.grid,), _VARIANTS[name][plan.hints], arguments(name, values))
 
 
-def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream):
+def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream, s_dtype_like=None):
     """s = x + r (in s's dtype) and y = rms_norm(s) * (offset + weight) for (m, n) arrays
-    (m > 0); rstd (m,) fp32 is stored unless it is None."""
-    if rstd is None:
-        _forward("infer", (x, r, y, s), weight, eps, offset, casting, mode, device, stream)
+    (m > 0); rstd (m,) fp32 is stored unless it is None. s None (post-norm inference, rstd
+    None too): s is not stored, and s_dtype_like, any array of the sum's dtype, names it."""
+    if s is None:
+        if rstd is not None:
+            raise ValueError("a forward that stores rstd stores s too (the backward reads it)")
+        values = dict(x=x, r=r, w=weight, y=y, s_out=s_dtype_like)
+        _forward("infer", values, eps, offset, casting, mode, device, stream, RK.RESIDUAL_ADD_UNSTORED)
+    elif rstd is None:
+        _forward("infer", dict(x=x, r=r, w=weight, y=y, s_out=s), eps, offset, casting, mode, device, stream)
     else:
-        _forward("train", (x, r, y, s, rstd), weight, eps, offset, casting, mode, device, stream)
+        values = dict(x=x, r=r, w=weight, y=y, s_out=s, rstd_out=rstd)
+        _forward("train", values, eps, offset, casting, mode, device, stream)
 
 
 def run_fused_forward_inplace(x, r, weight, eps, offset, casting, mode, device, stream):
     """In place: r <- x + r, x <- rms_norm(r) * (offset + weight); no rstd."""
-    _forward("inplace", (x, r), weight, eps, offset, casting, mode, device, stream)
+    _forward("inplace", dict(x=x, r=r, w=weight), eps, offset, casting, mode, device, stream)
 
 
 def run_fused_backward(s, dy, dres, weight, rstd, dx, dr, dw, offset, casting, empty_f32, device, stream):
@@ -65,14 +102,19 @@ def run_fused_backward(s, dy, dres, weight, rstd, dx, dr, dw, offset, casting, e
     flags = (has_weight, round_xhat, dres is not None, dr is not None, *plan.memory)
     dres = dy if dres is None else dres
     dr = dx if dr is None else dr
+    values = dict(s=s, dy=dy, dres=dres, w=w, rstd_in=rstd, dx=dx, dr=dr, dw_partial=partial, offset=float(offset),
+                  TILE_M=plan.tile_m, TILE_N=plan.tile_n, **dict(zip(_BWD[3:], flags, strict=True)))  # fmt: skip
     if plan.kernel == "tile":
-        args = (s, dy, dres, w, rstd, dx, dr, partial, float(offset), plan.tile_m, plan.tile_n, *flags)
-        launch(stream, (plan.partial_rows,), _BWD_TILE[plan.hints], args)
+        launch(stream, (plan.partial_rows,), _VARIANTS["fused_add_bwd_tile"][plan.hints],
+               arguments("fused_add_bwd_tile", values))  # fmt: skip
     else:
         row_dot = empty_f32((m,))
-        dot_args = (s, dy, w, rstd, row_dot, float(offset), plan.dot_tile_m, plan.dot_tile_n, has_weight)
-        launch(stream, (plan.dot_grid,), backward_kernel("row_dot", plan.dot_hints), dot_args)
-        args = (s, dy, dres, w, rstd, row_dot, dx, dr, partial, float(offset), plan.tile_m, plan.tile_n, *flags)
-        launch(stream, (plan.partial_rows, plan.num_chunks), _BWD_CHUNKED[plan.hints], args)
+        dot = dict(x=s, dy=dy, w=w, rstd_in=rstd, c_out=row_dot, offset=float(offset), TILE_M=plan.dot_tile_m,
+                   TILE_N=plan.dot_tile_n, HAS_WEIGHT=has_weight)  # fmt: skip
+        dot_kernel = backward_kernel("row_dot", plan.dot_hints)
+        launch(stream, (plan.dot_grid,), dot_kernel, S.arguments("rms_bwd_row_dot", dot))
+        launch(stream, (plan.partial_rows, plan.num_chunks), _VARIANTS["fused_add_bwd_chunked"][plan.hints],
+               arguments("fused_add_bwd_chunked", dict(values, c_in=row_dot)))  # fmt: skip
     if has_weight:
-        launch(stream, (plan.reduce_grid,), RK.dw_reduce, (partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
+        reduce = dict(dw_partial=partial, dw=dw, TILE_G=REDUCE_TILE_G, TILE_N=REDUCE_TILE_N)
+        launch(stream, (plan.reduce_grid,), RK.dw_reduce, S.arguments("dw_reduce", reduce))

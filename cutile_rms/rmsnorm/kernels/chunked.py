@@ -5,6 +5,8 @@ forward reads each row twice (sum of squares, then normalize); the backward runs
 import cuda.tile as ct
 
 from cutile_rms.rmsnorm.kernels.common import (
+    RESIDUAL_ADD,
+    RESIDUAL_NONE,
     ZERO,
     _add_residual,
     _dw_rows,
@@ -32,7 +34,7 @@ def _fwd_chunked_rows(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
-    ADD_RESIDUAL: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[int],
     SUM_FROM_OUTPUT: ct.Constant[bool],
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
@@ -53,8 +55,9 @@ def _fwd_chunked_rows(
         sumsq = ct.zeros((TILE_M, 1), dtype=ct.float32)
         for j in range(num_chunks):
             xt = _load_tile(x, i, j, TILE_M, TILE_N, LATENCY)
-            if ADD_RESIDUAL:
-                xt = _add_residual(xt, r, s_out, i, j, TILE_M, TILE_N, True, TMA_STORE, LATENCY)
+            if ADD_RESIDUAL != RESIDUAL_NONE:
+                xt = _add_residual(xt, r, s_out, i, j, TILE_M, TILE_N, True, TMA_STORE, LATENCY,
+                                   ADD_RESIDUAL == RESIDUAL_ADD)  # fmt: skip
             xf = ct.astype(xt, ct.float32)
             sumsq += ct.sum(xf * xf, axis=1, keepdims=True)
         rstd = ct.rsqrt(sumsq / n + eps)
@@ -63,7 +66,7 @@ def _fwd_chunked_rows(
                 xt = _load_tile(s_out, i, j, TILE_M, TILE_N, LATENCY)
             else:
                 xt = _load_tile(x, i, j, TILE_M, TILE_N, LATENCY)
-                if ADD_RESIDUAL:
+                if ADD_RESIDUAL != RESIDUAL_NONE:
                     rt = _load_tile(r, i, j, TILE_M, TILE_N, LATENCY)
                     xt = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
             wp = _weight_row(w, j, offset, TILE_N, HAS_WEIGHT)
@@ -89,8 +92,8 @@ def rms_fwd_chunked(
     LATENCY: ct.Constant[int],
 ):
     """Chunked forward that stores rstd (see _fwd_chunked_rows)."""
-    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, False, False,
-                      TMA_STORE, LATENCY)  # fmt: skip
+    _fwd_chunked_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, True, RESIDUAL_NONE,
+                      False, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -108,7 +111,7 @@ def rms_fwd_chunked_infer(
     LATENCY: ct.Constant[int],
 ):
     """Chunked forward without rstd (inference)."""
-    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, False, False,
+    _fwd_chunked_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, CASTING, HAS_WEIGHT, False, RESIDUAL_NONE, False,
                       TMA_STORE, LATENCY)  # fmt: skip
 
 

@@ -105,15 +105,25 @@ def _store_tile(a, i, j, t, TMA_STORE: ct.Constant[bool], CHECK_BOUNDS: ct.Const
         ct.store(a, (i, j), t, check_bounds=CHECK_BOUNDS, allow_tma=False)
 
 
+# The residual add of the forward helpers (their ADD_RESIDUAL constant): none (plain RMSNorm),
+# s = x + r stored to s_out (the fused add), or s = x + r not stored (post-norm inference: s
+# only normalized; s_out then only names the sum's dtype and is never touched).
+RESIDUAL_NONE = 0
+RESIDUAL_ADD = 1
+RESIDUAL_ADD_UNSTORED = 2
+
+
 @ct.function
 def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
-                  CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool],
-                  LATENCY: ct.Constant[int]):  # fmt: skip
+                  CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool], LATENCY: ct.Constant[int],
+                  STORE_SUM: ct.Constant[bool]):  # fmt: skip
     """s = x + r for one tile, summed in fp32 and rounded once to s_out's dtype, stored to
-    s_out; returns s in that dtype (what the norm then reads, so y = rms_norm(s_out) exactly)."""
+    s_out with STORE_SUM; returns s in that dtype (what the norm then reads, so y =
+    rms_norm(s_out) exactly)."""
     rt = _load_rows(r, i, j, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
     st = ct.astype(ct.astype(xt, ct.float32) + ct.astype(rt, ct.float32), s_out.dtype)
-    _store_tile(s_out, i, j, st, TMA_STORE, CHECK_BOUNDS)
+    if STORE_SUM:
+        _store_tile(s_out, i, j, st, TMA_STORE, CHECK_BOUNDS)
     return st
 
 

@@ -5,6 +5,8 @@ rows at a time, in a persistent grid. Forward (with and without the rstd store) 
 import cuda.tile as ct
 
 from cutile_rms.rmsnorm.kernels.common import (
+    RESIDUAL_ADD,
+    RESIDUAL_NONE,
     ZERO,
     _add_residual,
     _dw_rows,
@@ -36,7 +38,7 @@ def _fwd_row_tile(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
-    ADD_RESIDUAL: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[int],
     CHECK_BOUNDS: ct.Constant[bool],
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
@@ -48,15 +50,17 @@ def _fwd_row_tile(
     CHECK_BOUNDS=False (the caller has checked N == TILE_N and TILE_M divides M) skips the
     bounds checks."""
     xt = _load_rows(x, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, LATENCY)
-    if ADD_RESIDUAL:
-        xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY)
+    if ADD_RESIDUAL != RESIDUAL_NONE:
+        xt = _add_residual(xt, r, s_out, i, 0, TILE_M, TILE_N, CHECK_BOUNDS, TMA_STORE, LATENCY,
+                           ADD_RESIDUAL == RESIDUAL_ADD)  # fmt: skip
     xf = ct.astype(xt, ct.float32)
     sum_sq = ct.sum(xf * xf, axis=1, keepdims=True)
     if TAIL > 0:
         jt = TILE_N // TAIL  # the tail's tile index
         xu = _load_rows(x, i, jt, TILE_M, TAIL, CHECK_BOUNDS, LATENCY)
-        if ADD_RESIDUAL:
-            xu = _add_residual(xu, r, s_out, i, jt, TILE_M, TAIL, CHECK_BOUNDS, TMA_STORE, LATENCY)
+        if ADD_RESIDUAL != RESIDUAL_NONE:
+            xu = _add_residual(xu, r, s_out, i, jt, TILE_M, TAIL, CHECK_BOUNDS, TMA_STORE, LATENCY,
+                               ADD_RESIDUAL == RESIDUAL_ADD)  # fmt: skip
         uf = ct.astype(xu, ct.float32)
         sum_sq = sum_sq + ct.sum(uf * uf, axis=1, keepdims=True)
     rstd = ct.rsqrt(sum_sq / n + eps)
@@ -85,7 +89,7 @@ def _fwd_tile_rows(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
-    ADD_RESIDUAL: ct.Constant[bool],
+    ADD_RESIDUAL: ct.Constant[int],
     CHECK_BOUNDS: ct.Constant[bool],
     TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
@@ -122,8 +126,8 @@ def rms_fwd_tile(
     LATENCY: ct.Constant[int],
 ):
     """Single-tile forward that stores rstd (see _fwd_tile_rows)."""
-    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True, False, True,
-                   TMA_STORE, LATENCY)  # fmt: skip
+    _fwd_tile_rows(x, x, w, y, y, rstd_out, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, True, RESIDUAL_NONE,
+                   True, TMA_STORE, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -142,7 +146,7 @@ def rms_fwd_tile_infer(
     LATENCY: ct.Constant[int],
 ):
     """Single-tile forward without rstd (inference)."""
-    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, False, True,
+    _fwd_tile_rows(x, x, w, y, y, y, eps, offset, TILE_M, TILE_N, TAIL, CASTING, HAS_WEIGHT, False, RESIDUAL_NONE, True,
                    TMA_STORE, LATENCY)  # fmt: skip
 
 
