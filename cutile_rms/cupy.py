@@ -22,7 +22,7 @@ from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 from cutile_rms.rows import launch as RL
 
-__all__ = ["rms_norm", "rms_norm_backward"]
+__all__ = ["rms_norm", "rms_norm_backward", "rms_norm_fp8"]
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
@@ -182,3 +182,45 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
         elif dw is not None:
             dw[...] = 0  # the sum over no rows
     return dx.reshape(x.shape), dw
+
+
+FP8_FORMATS = ("e4m3", "e5m2")  # float8_e4m3fn (max 448) and float8_e5m2 (max 57344)
+
+
+def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, fmt="e4m3", offset=0.0, casting_mode="llama"):
+    """``y = saturate(rne(x / sqrt(mean(x**2, axis=-1) + eps) * (offset + weight) / s))`` in FP8,
+    for CuPy arrays (experimental; as :func:`cutile_rms.experimental.rms_norm_fp8`).
+
+    CuPy has no FP8 dtype: y is an int8 array of x's shape holding the FP8 bits of format
+    ``fmt`` ("e4m3": float8_e4m3fn, "e5m2": float8_e5m2). View it as FP8 with
+    ``torch.from_dlpack(y).view(torch.float8_e4m3fn)``, or on the host with
+    ``y.get().view(ml_dtypes.float8_e4m3fn)``. With a static ``scale`` (a 1-element float32
+    array) returns ``(y, amax)``; with ``scale=None``, per-row scales: ``(y, scales)`` (float32,
+    ``x.shape[:-1]``).
+    """
+    from cutile_rms.experimental.fp8 import kernels as F8K
+    from cutile_rms.experimental.fp8 import launch as F8
+
+    xp, device_id, casting = _validate(x, weight, eps, offset, casting_mode)
+    if fmt not in FP8_FORMATS:
+        raise ValueError(f"fmt must be one of {FP8_FORMATS}, got {fmt!r}")
+    if scale is not None:
+        if _namespace("scale", scale) is not xp or scale.dtype != np.float32 or scale.size != 1:
+            raise TypeError(f"scale must be a 1-element float32 {xp.__name__} array or None")
+        if xp is not np and scale.device.id != device_id:
+            raise ValueError(f"scale is on device {scale.device.id} but x is on device {device_id}")
+    code = F8K.FMT_E4M3 if fmt == "e4m3" else F8K.FMT_E5M2
+    n = x.shape[-1]
+    with _Target(xp, device_id) as target:
+        x2 = _rows(xp, x, n)
+        m = x2.shape[0]
+        y = xp.empty((m, n), dtype=np.int8)
+        stat = xp.empty((m,), dtype=np.float32) if scale is None else xp.zeros((1,), dtype=np.float32)
+        if m:
+            p = F8.fp8_plan(m, 1, n, x.itemsize, target.info.num_sms)
+            s1 = None if scale is None else xp.ascontiguousarray(scale.reshape(1))
+            st = stat.reshape(m, 1) if scale is None else stat.view(np.int32)
+            F8.run_forward(p, x2.reshape(m, 1, n), None, _unit(xp, weight), y.reshape(m, 1, n), None, None, s1, st,
+                           float(eps), float(offset), casting, code, target.info, target.stream)  # fmt: skip
+    y = y.reshape(x.shape)
+    return (y, stat.reshape(x.shape[:-1])) if scale is None else (y, stat)

@@ -164,3 +164,38 @@ def test_word_views_for_the_packed_backward(dtype):
     assert crms._as_words(a[:, 1:7]) is None  # starts one element into a word
     assert crms._as_words(a[:, :7]) is None  # odd row length
     assert crms._as_words(a.astype(np.float32)) is None
+
+
+@pytest.mark.filterwarnings("ignore::cutile_rms.ExperimentalKernelWarning")
+@pytest.mark.parametrize("static", [True, False], ids=["static", "dynamic"])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_cupy_fp8_matches_torch_bitwise(xp, fmt, static, gen):
+    """rms_norm_fp8 for CuPy: the FP8 bits (as int8) and the scales or amax are the torch
+    API's on the same data (one kernel); inputs untouched; bad arguments raise."""
+    from cutile_rms.experimental import rms_norm_fp8
+
+    x, _, w = make_inputs((37, 1000), torch.float16, "cpu", generator=gen)
+    s = torch.tensor([0.02], dtype=torch.float32) if static else None
+    xa, wa = _to(xp, x), _to(xp, w)
+    before = xa.copy()
+    y, stat = crms.rms_norm_fp8(xa, wa, 1e-6, scale=None if s is None else _to(xp, s), fmt=fmt)
+    assert y.dtype == np.int8 and y.shape == x.shape
+    dtype = torch.float8_e4m3fn if fmt == "e4m3" else torch.float8_e5m2
+    with interpret.interpreting() if xp is np else _no_context():
+        ref = rms_norm_fp8(x if xp is np else x.cuda(), w if xp is np else w.cuda(), 1e-6,
+                           scale=None if s is None else (s if xp is np else s.cuda()), out_dtype=dtype)  # fmt: skip
+    assert torch.equal(_torch(xp, y), ref.y.cpu().view(torch.int8))
+    assert torch.equal(_torch(xp, stat), (ref.amax if static else ref.scale).cpu())
+    assert (xa == before).all()
+    with pytest.raises(ValueError, match="fmt"):
+        crms.rms_norm_fp8(xa, wa, fmt="e3m4")
+    with pytest.raises(TypeError, match="scale"):
+        crms.rms_norm_fp8(xa, wa, scale=xa)
+
+
+class _no_context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

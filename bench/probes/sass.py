@@ -19,7 +19,16 @@ import tempfile
 import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
 
-ES = {ct.bfloat16: 2, ct.float16: 2, ct.float32: 4, ct.int64: 8, ct.int32: 4, ct.float8_e4m3fn: 1, ct.float8_e5m2: 1}
+ES = {
+    ct.bfloat16: 2,
+    ct.float16: 2,
+    ct.float32: 4,
+    ct.int64: 8,
+    ct.int32: 4,
+    ct.int8: 1,
+    ct.float8_e4m3fn: 1,
+    ct.float8_e5m2: 1,
+}
 F32 = ScalarConstraint(ct.float32)
 I32 = ScalarConstraint(ct.int32)
 

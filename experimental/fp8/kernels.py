@@ -65,11 +65,20 @@ def _row_amax(v):
 
 
 @ct.function
+def _fp8_dtype(FMT: C_INT):
+    if FMT == FMT_E4M3:
+        return ct.float8_e4m3fn
+    else:
+        return ct.float8_e5m2
+
+
+@ct.function
 def _quantize(v, s, dtype, FMT: C_INT):
-    """v / s rounded to the FP8 dtype, saturated to +-max; a NaN stays NaN."""
+    """v / s rounded to the FP8 format FMT, saturated to +-max (a NaN stays NaN), as dtype: the
+    FP8 dtype itself or int8 (its bits, for frameworks without FP8 dtypes, e.g. CuPy)."""
     fmax = _fp8_max(FMT)
     q = ct.minimum(ct.maximum(v / s, -fmax, propagate_nan=True), fmax, propagate_nan=True)
-    return ct.astype(q, dtype)
+    return ct.bitcast(ct.astype(q, _fp8_dtype(FMT)), dtype)
 
 
 @ct.function
