@@ -16,6 +16,7 @@ _API = {
     "FusedAddRMSNormFunction": "cutile_rms.experimental.fused_add.functional",
     "fused_add_rms_norm": "cutile_rms.experimental.fused_add.functional",
     "fused_add_rms_norm_": "cutile_rms.experimental.fused_add.functional",
+    "FP8Activation": "cutile_rms.experimental.fp8.functional",
     "RMSNormFP8Output": "cutile_rms.experimental.fp8.functional",
     "rms_norm_fp8": "cutile_rms.experimental.fp8.functional",
 }

@@ -156,17 +156,49 @@ def test_fp8_saturates_and_keeps_nan_rows(dev, out_dtype, gen):
     check_fp8(dyn.y, x, w, 0.0, "llama", None, out_dtype)
 
 
-def test_fp8_rstd_feeds_the_backward(dev, gen):
-    """With grad wanted, rstd comes back and rms_norm_backward takes a bf16 gradient of the
-    unquantized output (the TransformerEngine pattern)."""
+def test_fp8_backward_through_autograd(dev, gen):
+    """With grad wanted, y is an FP8Activation: FP8 data and scale standing in for the
+    unquantized bf16 output. A bf16 gradient given to it reaches x and the weight through
+    autograd (the TransformerEngine pattern), equal to rms_norm_backward with the returned
+    rstd and within the reference's tolerances; other ops see the dequantized values."""
+    from cutile_rms.experimental import FP8Activation
+
     x, dy, w = make_inputs((33, 1024), torch.bfloat16, dev, generator=gen)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     out = rms_norm_fp8(xg, wg, EPS, scale=None)
-    assert out.rstd is not None and out.rstd.shape == (33,) and not out.y.requires_grad
+    assert isinstance(out.y, FP8Activation) and out.y.dtype == torch.bfloat16 and out.y.requires_grad
+    assert out.y.fp8.dtype == E4M3 and out.y.fp8_scale is out.scale
+    check_fp8(out.y.fp8, x, w, 0.0, "llama", None, E4M3)
     yr, rstd_r, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
     assert_close("rstd", out.rstd, rstd_r, tolerances(x.dtype, w.dtype, "llama")["rstd"])
-    dx, dw = rms_norm_backward(x, dy, w, out.rstd)
+    dx, dw = torch.autograd.grad(out.y, [xg, wg], dy)
     check_all({"dx": dx, "dw": dw}, {"dx": dxr, "dw": dwr}, tolerances(x.dtype, w.dtype, "llama"))
+    dx2, dw2 = rms_norm_backward(x, dy, w, out.rstd)
+    assert torch.equal(dx, dx2) and torch.equal(dw, dw2)
+    plain = out.y * 1.0  # any other op: the dequantized values, a plain tensor
+    assert type(plain) is torch.Tensor and plain.dtype == torch.bfloat16
+    assert torch.equal(plain, out.y.dequantize().detach())
+    rel = ((plain.double() - yr).norm() / yr.norm()).item()
+    assert rel < 2.0**-4  # one e4m3 rounding
+
+
+def test_fp8_backward_through_autograd_with_residual(dev, gen):
+    """residual= with grad: the gradient of y, and that of residual_out, reach x and the
+    residual (the sum's gradient, in each one's dtype) and the weight."""
+    x, dy, w = make_inputs((21, 768), torch.bfloat16, dev, generator=gen)
+    r = (2.0 * torch.randn((21, 768), generator=gen)).to(dev, torch.float32)
+    ds = torch.randn((21, 768), generator=gen).to(dev, torch.float32)
+    xg, rg, wg = x.clone().requires_grad_(), r.clone().requires_grad_(), w.clone().requires_grad_()
+    out = rms_norm_fp8(xg, wg, EPS, residual=rg, scale=_scale_for(x, E4M3, dev))
+    gx, gr, gw = torch.autograd.grad([out.y, out.residual_out], [xg, rg, wg], [dy, ds])
+    s = (x.float() + r.float()).to(torch.float32)
+    _, _, dsr, dwr = rms_norm_ref_grads(s, dy.float(), w, EPS)
+    tols = tolerances(torch.float32, w.dtype, "gemma")
+    total = dsr + ds.double().cpu()
+    assert gx.dtype == torch.bfloat16 and gr.dtype == torch.float32
+    assert_close("dresidual", gr, total, tols["dx"])
+    assert_close("dx", gx, total, tolerances(torch.bfloat16, w.dtype, "gemma")["dx"])
+    assert_close("dw", gw, dwr, tols["dw"])
 
 
 def test_fp8_bad_input_raises_before_launch(dev):

@@ -23,7 +23,7 @@ from cutile_rms.rmsnorm.torch_impl import (
     validate_x_weight,
 )
 
-__all__ = ["FP8_FORMATS", "RMSNormFP8Output", "rms_norm_fp8"]
+__all__ = ["FP8_FORMATS", "FP8Activation", "RMSNormFP8Output", "rms_norm_fp8"]
 
 FP8_FORMATS = {torch.float8_e4m3fn: K.FMT_E4M3, torch.float8_e5m2: K.FMT_E5M2}
 _DTYPE_OF = {code: dtype for dtype, code in FP8_FORMATS.items()}
@@ -47,6 +47,79 @@ class RMSNormFP8Output(NamedTuple):
     rstd: torch.Tensor | None
     residual_out: torch.Tensor | None = None
     y_t: torch.Tensor | None = None
+
+
+class FP8Activation(torch.Tensor):
+    """rms_norm_fp8's y when a gradient is wanted: FP8 data with its dequantization scale,
+    standing in autograd for the unquantized output (``dtype`` is x's, e.g. bf16).
+
+    The gradient that reaches it is of that dtype (not rounded to FP8), and the backward of
+    rms_norm_fp8 turns it into dx and dW (the TransformerEngine pattern: the next GEMM's
+    backward hands back a bf16 gradient). An FP8 GEMM takes ``.fp8`` and ``.fp8_scale``
+    directly; any other torch op sees the dequantized values (``.dequantize()``). Eager only:
+    no ``torch.compile`` support for this subclass."""
+
+    @staticmethod
+    def __new__(cls, data, scale, dtype):
+        return torch.Tensor._make_wrapper_subclass(cls, data.shape, strides=data.stride(), dtype=dtype,
+                                                   device=data.device, requires_grad=False)  # fmt: skip
+
+    def __init__(self, data, scale, dtype):
+        self.fp8 = data  # the FP8 values (y)
+        self.fp8_scale = scale  # 1 element, or one per row (x.shape[:-1])
+
+    def dequantize(self) -> torch.Tensor:
+        s = self.fp8_scale if self.fp8_scale.numel() == 1 else self.fp8_scale.unsqueeze(-1)
+        return (self.fp8.float() * s).to(self.dtype)
+
+    def __repr__(self):
+        return f"FP8Activation({self.fp8.dtype} as {self.dtype}, shape={tuple(self.shape)})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def plain(t):
+            return t.dequantize() if isinstance(t, FP8Activation) else t
+
+        return func(*torch.utils._pytree.tree_map(plain, args), **torch.utils._pytree.tree_map(plain, kwargs or {}))
+
+
+class _RMSNormFP8Function(torch.autograd.Function):
+    """Forward: the FP8 kernel with rstd stored; y comes back as an FP8Activation. Backward:
+    the core RMSNorm backward on the normalized input (x, or residual_out with a residual)
+    with the high-precision gradient of y; the sum's gradient goes to x and residual."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, scale, eps, offset, casting, casting_mode, fmt):
+        y, stat, rstd, s_out = fp8_forward(x, residual, weight, scale, eps, offset, casting, fmt, True)
+        normed = x if residual is None else s_out
+        ctx.save_for_backward(normed, weight, rstd)
+        ctx.offset, ctx.casting_mode = offset, casting_mode
+        ctx.dtypes = (x.dtype, None if residual is None else residual.dtype)
+        ctx.set_materialize_grads(False)
+        y_scale = stat if scale is None else scale
+        outputs = (FP8Activation(y, y_scale, x.dtype), stat, rstd)
+        ctx.mark_non_differentiable(stat, rstd)
+        if residual is None:
+            return (*outputs, x.new_empty((0,)))
+        return (*outputs, s_out)
+
+    @staticmethod
+    def backward(ctx, dy, _dstat, _drstd, ds):
+        from cutile_rms.rmsnorm.functional import rms_norm_backward
+
+        normed, weight, rstd = ctx.saved_tensors
+        x_dtype, r_dtype = ctx.dtypes
+        dnorm = dw = None
+        if dy is not None:
+            dy = dy.dequantize() if isinstance(dy, FP8Activation) else dy
+            dnorm, dw = rms_norm_backward(normed, dy.to(normed.dtype), weight, rstd, offset=ctx.offset,
+                                          casting_mode=ctx.casting_mode)  # fmt: skip
+        if r_dtype is None:
+            return dnorm, None, dw, None, None, None, None, None, None
+        total = dnorm if ds is None else (ds if dnorm is None else dnorm + ds)
+        if total is None:
+            return (None,) * 9
+        return total.to(x_dtype), total.to(r_dtype), dw, None, None, None, None, None, None
 
 
 def _check_scale(scale, x):
@@ -163,9 +236,12 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     and a static scale, no residual) also returns ``y_t``, y's (N, M) transpose, written by the
     same kernel (the operand layout the next GEMM's backward may need).
 
-    Returns an :class:`RMSNormFP8Output` (y, scale, amax, rstd). The op itself has no
-    gradient: for training, take ``rstd`` (returned when x or weight requires grad) to
-    :func:`cutile_rms.rms_norm_backward` with the gradient of the unquantized output.
+    Returns an :class:`RMSNormFP8Output` (y, scale, amax, rstd, residual_out, y_t). When x,
+    the weight or the residual requires grad (eager, no transpose), y is an
+    :class:`FP8Activation`: a gradient of the unquantized output's dtype given to it flows back
+    through autograd to x, the weight and the residual. ``rstd`` is returned then too (for
+    :func:`cutile_rms.rms_norm_backward` by hand, as under ``torch.compile``, where y is plain
+    FP8 and has no gradient).
     """
     casting = validate_x_weight(x, weight, eps, offset, casting_mode)
     if out_dtype not in FP8_FORMATS:
@@ -183,8 +259,18 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
                          f"x of {x.dim()} dims, scale={'None' if scale is None else 'a tensor'}, "
                          f"residual={'None' if residual is None else 'a tensor'}")  # fmt: skip
     _check_fp8_device(x)
-    store_rstd = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
+    wants_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, weight, residual)
+    )  # fmt: skip
+    store_rstd = wants_grad
     eps, offset, fmt = float(eps), float(offset), FP8_FORMATS[out_dtype]
+    if wants_grad and not transpose and not torch.compiler.is_compiling():
+        y, stat, rstd, s_out = _RMSNormFP8Function.apply(x, residual, weight, scale, eps, offset, casting,
+                                                         casting_mode, fmt)  # fmt: skip
+        s_out = None if residual is None else s_out
+        if scale is None:
+            return RMSNormFP8Output(y, stat, None, rstd, s_out)
+        return RMSNormFP8Output(y, scale, stat, rstd, s_out)
     if transpose:
         args = (x, weight, scale, eps, offset, casting, fmt, store_rstd)
         if torch.compiler.is_compiling():
