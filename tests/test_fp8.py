@@ -180,6 +180,10 @@ def test_fp8_backward_through_autograd(dev, gen):
     assert torch.equal(plain, out.y.dequantize().detach())
     rel = ((plain.double() - yr).norm() / yr.norm()).item()
     assert rel < 2.0**-4  # one e4m3 rounding
+    with pytest.raises(RuntimeError, match="would modify an FP8Activation"), torch.no_grad():
+        out.y.mul_(2.0)
+    static = rms_norm_fp8(xg, wg, EPS, scale=torch.full((1, 1), 0.02, device=dev))  # a (1, 1) scale
+    assert (static.y * 1.0).shape == x.shape
 
 
 def test_fp8_backward_through_autograd_with_residual(dev, gen):

@@ -292,5 +292,8 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
 
     r = rstd.detach().reshape(m)
     args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
-    launch_on_device(x, run_backward, *args, empty_f32, int64=_int64(x), as_words=as_words)
+    # dx written over dy (in place): no split kernels, whose blocks may read a partner's dy
+    # segment after that partner has written its dx there (a row tile put aside, kernels/split.py).
+    int64 = None if dx_out is not None else _int64(x)
+    launch_on_device(x, run_backward, *args, empty_f32, int64=int64, as_words=as_words)
     return dx, dw

@@ -69,7 +69,7 @@ class FP8Activation(torch.Tensor):
         self.fp8_scale = scale  # 1 element, or one per row (x.shape[:-1])
 
     def dequantize(self) -> torch.Tensor:
-        s = self.fp8_scale if self.fp8_scale.numel() == 1 else self.fp8_scale.unsqueeze(-1)
+        s = self.fp8_scale.reshape(()) if self.fp8_scale.numel() == 1 else self.fp8_scale.unsqueeze(-1)
         return (self.fp8.float() * s).to(self.dtype)
 
     def __repr__(self):
@@ -77,6 +77,9 @@ class FP8Activation(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func._schema.is_mutable:  # an in-place or out= op would write a dequantized copy
+            raise RuntimeError(f"{func} would modify an FP8Activation; call .dequantize() for a tensor to modify")
+
         def plain(t):
             return t.dequantize() if isinstance(t, FP8Activation) else t
 

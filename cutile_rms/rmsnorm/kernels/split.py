@@ -31,11 +31,13 @@ SLOT_BITS = (1 << 32) - 1
 # its group holds SMs. So a block polls a row tile's slots at most POLLS times (a kernel
 # constant: SPIN_LIMIT on a GPU; 1 in the CPU interpreter, which runs blocks one at a time, so a
 # block there never sees a later block's writes). If a partner has still not published, the
-# block marks its own slot PUT_ASIDE and goes on to its next row tile. After its last one, a
-# block that put any aside finishes them by reading their whole rows itself, FALLBACK_N columns
-# at a time (x, dy and w are inputs, always readable). That sum differs from the slots' only in
-# the order of its fp32 adds, well inside the fp32 tolerance; where the partners run at once,
-# as planned, nothing is put aside and results are bitwise reproducible.
+# block marks its own slot PUT_ASIDE, goes on to its next row tile, and polls once per tile from
+# then on. After its last one, a block that put any aside finishes them: with the slots' sum
+# where every partner has published by then (the bits the partners used), else by reading the
+# whole rows itself, FALLBACK_N columns at a time (x, dy and w are inputs, always readable: the
+# launchers plan no split kernel for a backward that writes dx over dy). That sum differs from
+# the slots' only in the order of its fp32 adds, well inside the fp32 tolerance; where the
+# partners run at once, as planned, nothing is put aside and results are bitwise reproducible.
 # The main loop gains one untaken branch: the finishing code sits after it, where it holds no
 # registers of the loop. (Reading the row inside the loop instead made tileiras 13.4 spill
 # 32-736 bytes per thread in the shipped split configs, sm_90 SASS: bench/NOTES.md, session 13.)
@@ -72,13 +74,12 @@ def _read_slots(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TI
 
 
 @ct.function
-def _published(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int],
-               POLLS: ct.Constant[int]):  # fmt: skip
-    """Polls row tile i's slots up to POLLS times until all SPLIT partners have published;
+def _published(slots, i, limit, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
+    """Polls row tile i's slots up to limit times until all SPLIT partners have published;
     returns the last (TILE_M, SLOTS_W) read and whether it is complete."""
     got = _read_slots(slots, i, SPLIT, SLOTS_W, TILE_M)
     polls = 1
-    while ct.min(got) < SLOT_FLAG and polls < POLLS:
+    while ct.min(got) < SLOT_FLAG and polls < limit:
         got = _read_slots(slots, i, SPLIT, SLOTS_W, TILE_M)
         polls += 1
     return got, ct.min(got) >= SLOT_FLAG
@@ -100,11 +101,13 @@ def _put_aside(slots, i, s, TILE_M: ct.Constant[int]):
 
 
 @ct.function
-def _was_put_aside(slots, i, s, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
-    """Whether this block (slot column s) put row tile i aside."""
+def _aside(slots, i, s, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
+    """(whether this block, slot column s, put row tile i aside; a read of the tile's slots;
+    whether all partners have published by now)."""
     got = _read_slots(slots, i, SPLIT, SLOTS_W, TILE_M)
     cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
-    return ct.max(ct.where(cols == s, got, ct.zeros((TILE_M, SLOTS_W), dtype=ct.int64))) >= PUT_ASIDE
+    mine = ct.max(ct.where(cols == s, got, ct.zeros((TILE_M, SLOTS_W), dtype=ct.int64))) >= PUT_ASIDE
+    return mine, got, ct.min(got) >= SLOT_FLAG
 
 
 @ct.function
@@ -159,10 +162,11 @@ def _fwd_split_rows(
     wp = _weight_row(w, s, offset, TILE_N, HAS_WEIGHT)
     groups = ct.num_blocks(0) // SPLIT
     put_aside = 0
+    limit = POLLS  # after a first put-aside, one poll per tile (a partner that late stays late)
     for i in range(g, num_row_tiles, groups):
         xt = _load_tile(x, i, s, TILE_M, TILE_N, LATENCY)
         _publish(slots, i, s, _sumsq(xt), TILE_M)
-        got, complete = _published(slots, i, SPLIT, SLOTS_W, TILE_M, POLLS)
+        got, complete = _published(slots, i, limit, SPLIT, SLOTS_W, TILE_M)
         if complete:
             rstd = ct.rsqrt(_slot_sum(got, SLOTS_W, TILE_M) / n + eps)
             _store_tile(y, i, s, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE, True)
@@ -172,10 +176,16 @@ def _fwd_split_rows(
         else:  # a partner has not run (POLLS): finished after the loop
             _put_aside(slots, i, s, TILE_M)
             put_aside += 1
+            limit = 1
     if put_aside > 0:
         for i in range(g, num_row_tiles, groups):
-            if _was_put_aside(slots, i, s, SPLIT, SLOTS_W, TILE_M):
-                rstd = ct.rsqrt(_row_sumsq(x, i, TILE_M, FALLBACK_N) / n + eps)
+            mine, got, complete = _aside(slots, i, s, SPLIT, SLOTS_W, TILE_M)
+            if mine:
+                if complete:  # noqa: SIM108 (a kernel: no conditional expressions)
+                    total = _slot_sum(got, SLOTS_W, TILE_M)
+                else:
+                    total = _row_sumsq(x, i, TILE_M, FALLBACK_N)
+                rstd = ct.rsqrt(total / n + eps)
                 xt = ct.load(x, (i, s), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False)
                 wp = _weight_row_plain(w, s, offset, TILE_N, HAS_WEIGHT)
                 _store_tile(y, i, s, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), False, True)
@@ -271,6 +281,7 @@ def rms_bwd_split(
     dw_acc = ct.zeros((1, TILE_N), dtype=ct.float32)
     groups = ct.num_blocks(0) // SPLIT
     put_aside = 0
+    limit = POLLS  # as in _fwd_split_rows
     for i in range(g, num_row_tiles, groups):
         xf = ct.astype(_load_tile(x, i, s, TILE_M, TILE_N, LATENCY), ct.float32)
         dyf = ct.astype(_load_tile(dy, i, s, TILE_M, TILE_N, LATENCY), ct.float32)
@@ -280,20 +291,25 @@ def rms_bwd_split(
         _publish(slots, i, s, _wdy_xhat(wdy, xhat), TILE_M)
         if HAS_WEIGHT:  # needs no c: done while the partners catch up
             dw_acc += _dw_rows(dyf, xhat, x.dtype, ROUND_XHAT)
-        got, complete = _published(slots, i, SPLIT, SLOTS_W, TILE_M, POLLS)
+        got, complete = _published(slots, i, limit, SPLIT, SLOTS_W, TILE_M)
         if complete:
             c = _slot_sum(got, SLOTS_W, TILE_M) / n
             _store_tile(dx, i, s, ct.astype((wdy - xhat * c) * rstd, dx.dtype), TMA_STORE, True)
         else:  # a partner has not run (POLLS): finished after the loop
             _put_aside(slots, i, s, TILE_M)
             put_aside += 1
+            limit = 1
     if HAS_WEIGHT:
         ct.store(dw_partial, (g, s), dw_acc)
     if put_aside > 0:
         for i in range(g, num_row_tiles, groups):
-            if _was_put_aside(slots, i, s, SPLIT, SLOTS_W, TILE_M):
+            mine, got, complete = _aside(slots, i, s, SPLIT, SLOTS_W, TILE_M)
+            if mine:
                 rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
-                c = _row_wdy_x(x, dy, w, i, offset, TILE_M, FALLBACK_N, HAS_WEIGHT, False) * rstd / n
+                if complete:  # the partners' sums by now: the bits they used
+                    c = _slot_sum(got, SLOTS_W, TILE_M) / n
+                else:  # dy is an input here: the launchers plan no split kernel that writes dx over dy
+                    c = _row_wdy_x(x, dy, w, i, offset, TILE_M, FALLBACK_N, HAS_WEIGHT, False) * rstd / n
                 xhat = ct.astype(ct.load(x, (i, s), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False),
                                  ct.float32) * rstd  # fmt: skip
                 dyf = ct.astype(ct.load(dy, (i, s), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False), ct.float32)
