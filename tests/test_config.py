@@ -476,3 +476,23 @@ def test_signatures_are_the_kernels():
     assert set(S.FORWARD.values()) | set(S.BACKWARD.values()) <= set(S.PARAMS)
     with pytest.raises(KeyError, match="rstd_out"):
         S.arguments("rms_fwd_tile", {"x": 0, "w": 0, "y": 0})
+
+
+def test_tables_are_keyed_by_compiler(tmp_path):
+    """Tuned configs are compiler-specific: the tuning cache's file name carries the cuda-tile
+    and tileiras versions, the shipped table records the tileiras it was tuned with, and a
+    table tuned with another tileiras release warns when it is loaded."""
+    import warnings
+
+    assert f"tileiras{T.tileiras_version()}" in T.cache_path(H200).name
+    assert json.loads((T.TABLE_DIR / "sm_90.json").read_text())["tileiras"]
+    other = tmp_path / "sm_00.json"
+    other.write_text(json.dumps({"tileiras": "99.1.0"}))
+    if T.tileiras_version() != "unknown":
+        with pytest.warns(UserWarning, match="tuned with tileiras 99.1.0"):
+            T._warn_if_other_compiler(other)
+    same = tmp_path / "sm_01.json"
+    same.write_text(json.dumps({"tileiras": T.tileiras_version()}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        T._warn_if_other_compiler(same)

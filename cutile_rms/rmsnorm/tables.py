@@ -2,22 +2,26 @@
 
 Both are JSON files of the same format, written by :mod:`cutile_rms.tune`::
 
-    {"format": 1, "device": "NVIDIA H200", "arch": "sm_90", "cuda_tile": "1.7.0",
+    {"format": 1, "device": "NVIDIA H200", "arch": "sm_90", "cuda_tile": "1.7.0", "tileiras": "13.4.92",
      "made_by": "python -m cutile_rms.tune --table ...",
      "entries": [{"op": "forward", "elem_size": 2, "bucket": 4096, "kernel": "tile",
                   "tile_m": 1, "tile_n": 4096, "blocks_per_sm": 4, "warps": null,
                   "tma_store": false, "latency": null, "us": 66.2, "m": 16384}, ...]}
 
 - ``cutile_rms/rmsnorm/tuned/<arch>.json`` ships with the package (sm_90: measured on an H200).
-- ``<cache dir>/<arch>-<device name>-cutile<version>.json`` holds what ``cutile_rms.tune`` found
-  on this machine's GPU; its entries take precedence. The cache dir is ``$CUTILE_RMS_CACHE_DIR``,
-  else ``$XDG_CACHE_HOME/cutile_rms``, else ``~/.cache/cutile_rms`` (read once, at import). A new
-  cuda-tile version starts a new cache file, since its compiler may favour other tiles.
+- ``<cache dir>/<arch>-<device name>-cutile<version>-tileiras<version>.json`` holds what
+  ``cutile_rms.tune`` found on this machine's GPU; its entries take precedence. The cache dir is
+  ``$CUTILE_RMS_CACHE_DIR``, else ``$XDG_CACHE_HOME/cutile_rms``, else ``~/.cache/cutile_rms``
+  (read once, at import). A new cuda-tile or tileiras version starts a new cache file: tuned
+  configs are compiler-specific (tileiras 13.5 ran the sm_90 table's forward up to 1.3x slower
+  than 13.4, which it was tuned with).
 
 A device key is ``"<arch>:<device name>"`` (``DeviceInfo.key``). Lookups happen only when a plan
 is not cached yet (config.py caches plans), never per launch.
 """
 
+import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -54,6 +58,15 @@ def _cuda_tile_version() -> str:
     return __version__
 
 
+@functools.cache  # one value per process: the installed compiler
+def tileiras_version() -> str:
+    """The installed tileiras compiler's version (its wheel's), or "unknown"."""
+    try:
+        return importlib.metadata.version("nvidia-cuda-tileiras")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def arch_of(device_key: str) -> str:
     return device_key.split(":", 1)[0]
 
@@ -61,7 +74,7 @@ def arch_of(device_key: str) -> str:
 def cache_path(device_key: str) -> Path:
     """The tuning cache file of a device (it may not exist yet)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", device_key.replace(":", "-"))
-    return CACHE_DIR / f"{safe}-cutile{_cuda_tile_version()}.json"
+    return CACHE_DIR / f"{safe}-cutile{_cuda_tile_version()}-tileiras{tileiras_version()}.json"
 
 
 def parse(doc: dict, source: str) -> dict:
@@ -108,9 +121,32 @@ def checked_in(arch: str) -> dict:
     """The shipped table of an architecture ({} if there is none)."""
     table = _checked_in.get(arch)
     if table is None:
-        table = _read(TABLE_DIR / f"{arch}.json") if re.fullmatch(r"sm_\d+", arch) else {}
+        path = TABLE_DIR / f"{arch}.json"
+        table = _read(path) if re.fullmatch(r"sm_\d+", arch) else {}
+        if table:
+            _warn_if_other_compiler(path)
         _checked_in[arch] = table
     return table
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _warn_if_other_compiler(path: Path) -> None:
+    """Warns once per table when the installed tileiras is not the major.minor release the
+    table was tuned with (its plans may then be slower: tables.py docstring)."""
+    try:
+        tuned_with = json.loads(path.read_text()).get("tileiras")
+    except (OSError, ValueError):
+        return
+    installed = tileiras_version()
+    if tuned_with and installed != "unknown" and _minor(tuned_with) != _minor(installed):
+        warnings.warn(
+            f"cutile_rms: {path.name} was tuned with tileiras {tuned_with}, but {installed} is installed; "
+            "its plans may be slower with this compiler (python -m cutile_rms.tune re-tunes for it)",
+            stacklevel=3,
+        )
 
 
 def checked_in_configs(arch: str | None = None):
@@ -153,6 +189,7 @@ def document(entries: list[dict], device_name: str, arch: str, made_by: str) -> 
         "device": device_name,
         "arch": arch,
         "cuda_tile": _cuda_tile_version(),
+        "tileiras": tileiras_version(),
         "made_by": made_by,
         "entries": sorted(entries, key=lambda e: (e["op"], e["elem_size"], e["bucket"])),
     }
