@@ -314,19 +314,25 @@ STARVED = textwrap.dedent(
         y = torch.full_like(x, float("nan"))
         rstd = torch.full((m,), float("nan"), device="cuda")
         code = casting_code("llama", True)
-        launch_forward(fplan, x, w, y, rstd, 1e-6, 0.0, code, stream.cuda_stream,
-                       torch.zeros(fplan.slots, dtype=torch.int64, device="cuda"))
+        fslots = torch.zeros(fplan.slots, dtype=torch.int64, device="cuda")
+        launch_forward(fplan, x, w, y, rstd, 1e-6, 0.0, code, stream.cuda_stream, fslots)
         dx = torch.full_like(x, float("nan"))
         dw = torch.full_like(w, float("nan"))
         partial = torch.empty(bplan.partial_shape(n), device="cuda")
-        launch_backward(bplan, x, dy, w, rstd, dx, dw, partial, None, 0.0, code, stream.cuda_stream,
-                        torch.zeros(bplan.slots, dtype=torch.int64, device="cuda"))
+        bslots = torch.zeros(bplan.slots, dtype=torch.int64, device="cuda")
+        launch_backward(bplan, x, dy, w, rstd, dx, dw, partial, None, 0.0, code, stream.cuda_stream, bslots)
     stream.synchronize()
     gc.pop_context()
     yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, 1e-6)
     check_all({"y": y, "rstd": rstd, "dx": dx, "dw": dw}, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr},
               tolerances(torch.float32, torch.float32, "llama"))
-    print("starved split kernels finished")
+    # The partners really were starved: some blocks put row tiles aside (else this test would
+    # not exercise what it is for: give it fewer SMs or heavier blocks).
+    from cutile_rms.rmsnorm.kernels import PUT_ASIDE
+
+    aside = [int(((sl & PUT_ASIDE) != 0).sum()) for sl in (fslots, bslots)]
+    assert min(aside) > 0, f"no row tile was put aside (forward, backward: {aside})"
+    print("starved split kernels finished; slots put aside (forward, backward):", aside)
     """
 )
 
