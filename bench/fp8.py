@@ -9,9 +9,7 @@ timed; timing, the copy ceiling and the CSV/summary are the main benchmark's (be
 bench.report).
 """
 
-import argparse
 import datetime
-import shlex
 import sys
 
 import torch
@@ -19,7 +17,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, status_rows
+from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, side_main, side_parser, status_rows
 
 EPS = 1e-6
 OPS = ("fwd_fp8",)
@@ -150,32 +148,19 @@ def run(shapes, dtypes, variants, names=None, timings=("graph", "eager"), sha=No
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.fp8", description=__doc__.splitlines()[0])
-    ap.add_argument("--set", nargs="+", default=["training", "models", "decode"],
-                    choices=["training", "decode", "models", "cpu"])  # fmt: skip
-    ap.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=C.DTYPE_NAMES)
+    prog = "python -m bench.fp8"
+    ap = side_parser(prog, __doc__.splitlines()[0], ["training", "models", "decode"], ["bfloat16"],
+                     "bench/results/latest-fp8")  # fmt: skip
     ap.add_argument("--variant", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    ap.add_argument("--provider", nargs="+", default=None)
-    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
-    ap.add_argument("--out", default="bench/results/latest-fp8")
-    ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
-
-    from bench.report import write_results
-    from cutile_rms import interpret
-
-    device = "cuda"
-    if not torch.cuda.is_available() or interpret.is_enabled():
-        print("python -m bench.fp8: no GPU: running through the cuTile interpreter on the CPU (eager timings "
-              "of the interpreter, small shapes)")  # fmt: skip
-        interpret.enable()
-        device = "cpu"
-        args.set = ["cpu"]
-    shapes = [s for name in args.set for s in C.shape_set(name)]
-    rows = run(shapes, args.dtype, args.variant, args.provider, tuple(args.timing), args.commit, device)
-    command = "python -m bench.fp8 " + shlex.join(argv if argv is not None else sys.argv[1:])
-    print(write_results(args.out, rows, command)[1])
-    return 0
+    return side_main(
+        prog,
+        args,
+        argv,
+        lambda shapes, device: run(
+            shapes, args.dtype, args.variant, args.provider, tuple(args.timing), args.commit, device
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -11,9 +11,7 @@ float64 before it is timed; timing, the copy ceiling and the CSV/summary are the
 benchmark's (bench.timing, bench.report).
 """
 
-import argparse
 import datetime
-import shlex
 import sys
 
 import torch
@@ -21,7 +19,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, status_rows
+from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, side_main, side_parser, status_rows
 
 EPS = 1e-6
 OPS = ("fwd", "fwd_infer", "fwd_post", "bwd")
@@ -185,33 +183,20 @@ def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sh
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.fused_add", description=__doc__.splitlines()[0])
-    ap.add_argument("--set", nargs="+", default=["training"], choices=["training", "decode", "models", "cpu"])
-    ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"], choices=C.DTYPE_NAMES)
+    prog = "python -m bench.fused_add"
+    ap = side_parser(prog, __doc__.splitlines()[0], ["training"], ["bfloat16", "float16"],
+                     "bench/results/latest-fused-add")  # fmt: skip
     ap.add_argument("--stream", nargs="+", default=list(STREAMS), choices=STREAMS)
     ap.add_argument("--op", nargs="+", default=list(OPS), choices=OPS)
-    ap.add_argument("--provider", nargs="+", default=None)
-    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
-    ap.add_argument("--out", default="bench/results/latest-fused-add")
-    ap.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
-
-    from bench.report import write_results
-    from cutile_rms import interpret
-
-    device = "cuda"
-    if not torch.cuda.is_available() or interpret.is_enabled():
-        print("python -m bench.fused_add: no GPU: running through the cuTile interpreter on the CPU (eager timings "
-              "of the interpreter, small shapes)")  # fmt: skip
-        interpret.enable()
-        device = "cpu"
-        if args.set == ["training"]:
-            args.set = ["cpu"]
-    shapes = [s for name in args.set for s in C.shape_set(name)]
-    rows = run(shapes, args.dtype, args.stream, args.op, args.provider, tuple(args.timing), args.commit, device)
-    command = "python -m bench.fused_add " + shlex.join(argv if argv is not None else sys.argv[1:])
-    print(write_results(args.out, rows, command)[1])
-    return 0
+    return side_main(
+        prog,
+        args,
+        argv,
+        lambda shapes, device: run(
+            shapes, args.dtype, args.stream, args.op, args.provider, tuple(args.timing), args.commit, device
+        ),
+    )
 
 
 if __name__ == "__main__":

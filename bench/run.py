@@ -185,3 +185,39 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
         del sets
         if on_gpu:
             torch.cuda.empty_cache()
+
+
+def side_parser(prog: str, description: str, default_sets: list, default_dtypes: list, out: str):
+    """The arguments every side benchmark (bench.fused_add, bench.fp8) shares; add its own."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--set", nargs="+", default=default_sets, choices=["training", "decode", "models", "cpu"])
+    ap.add_argument("--dtype", nargs="+", default=default_dtypes, choices=C.DTYPE_NAMES)
+    ap.add_argument("--provider", nargs="+", default=None)
+    ap.add_argument("--timing", nargs="+", default=["graph", "eager"], choices=["graph", "eager"])
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--commit", default=None)
+    return ap
+
+
+def side_main(prog: str, args, argv, rows_for) -> int:
+    """Run a side benchmark: on the GPU, or through the interpreter on the CPU (the "cpu" shape
+    set) when there is none; rows_for(shapes, device) yields its CSV rows; writes the results."""
+    import shlex
+    import sys
+
+    from bench.report import write_results
+    from cutile_rms import interpret
+
+    device = "cuda"
+    if not torch.cuda.is_available() or interpret.is_enabled():
+        print(f"{prog}: no GPU: running through the cuTile interpreter on the CPU (eager timings of the "
+              "interpreter, small shapes)")  # fmt: skip
+        interpret.enable()
+        device = "cpu"
+        args.set = ["cpu"]
+    shapes = [s for name in args.set for s in C.shape_set(name)]
+    command = f"{prog} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(write_results(args.out, rows_for(shapes, device), command)[1])
+    return 0
