@@ -18,6 +18,19 @@ from cutile_rms.rmsnorm.torch_impl import check_device, check_tensor, validate_x
 __all__ = ["RMSNormFunction", "rms_norm", "rms_norm_backward", "rms_norm_forward"]
 
 
+def _through_ops(x) -> bool:
+    """Whether a call goes through the custom ops (torch.ops.cutile_rms.*) rather than the
+    direct eager path: under torch.compile, and for DTensor inputs (tensor / sequence
+    parallelism), whose sharding rules live on the ops (sharding.py)."""
+    if torch.compiler.is_compiling():
+        return True
+    if type(x) is torch.Tensor:  # the eager hot path: one type check
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)
+
+
 def _python_refs(dy) -> int:
     """Python references to dy, counted at the same call depth in RMSNormFunction.backward and
     in the calibration probe below, so that the two counts compare."""
@@ -149,7 +162,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
     check_device(x, weight=weight)
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad))
     eps, offset = float(eps), float(offset)
-    if torch.compiler.is_compiling():
+    if _through_ops(x):
         if needs_grad:
             return torch.ops.cutile_rms.rms_norm_fwd(x, weight, eps, offset, casting, mode)[0]
         return torch.ops.cutile_rms.rms_norm_infer(x, weight, eps, offset, casting, mode)
@@ -169,7 +182,7 @@ def rms_norm_forward(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llam
     casting = validate_x_weight(x, weight, eps, offset, casting_mode)
     check_device(x, weight=weight)
     eps, offset = float(eps), float(offset)
-    if torch.compiler.is_compiling():
+    if _through_ops(x):
         if store_rstd:
             return torch.ops.cutile_rms.rms_norm_fwd(x, weight, eps, offset, casting, mode)
         return torch.ops.cutile_rms.rms_norm_infer(x, weight, eps, offset, casting, mode), None
@@ -207,7 +220,7 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama", 
         raise ValueError("in_place=True writes dx into dy, which must then be contiguous")
     check_device(x, weight=weight, dy=dy, rstd=rstd)
     offset = float(offset)
-    if torch.compiler.is_compiling():
+    if _through_ops(x):
         dx, dw = torch.ops.cutile_rms.rms_norm_bwd(x, dy, weight, rstd, offset, casting)
         if in_place:
             dy.copy_(dx)

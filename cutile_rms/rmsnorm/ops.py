@@ -18,7 +18,7 @@ keep their dtypes.
 
 import torch
 
-from cutile_rms.rmsnorm import torch_impl
+from cutile_rms.rmsnorm import sharding, torch_impl
 
 __all__ = ["rms_norm_bwd", "rms_norm_fwd", "rms_norm_infer"]
 
@@ -99,3 +99,7 @@ def _backward(ctx, dy, _drstd):
 
 
 rms_norm_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# DTensor sharding rules (tensor / sequence parallelism), where torch has DTensor.
+sharding.register()
