@@ -257,6 +257,7 @@ def test_fp8_byte_counts():
     # bf16 x read, FP8 y written, the weight; per-row fp32 scales (dynamic) or scale + amax.
     assert op_bytes("fwd_fp8", m, n, "bfloat16", "dynamic") == m * n * 3 + n * 2 + 4 * m
     assert op_bytes("fwd_fp8", m, n, "bfloat16", "static") == m * n * 3 + n * 2 + 8
+    assert op_bytes("fwd_fp8", m, n, "bfloat16", "transpose") == m * n * 4 + n * 2 + 8  # y and y_t
 
 
 def test_fp8_bench_runs_through_the_interpreter(tmp_path):
@@ -266,7 +267,7 @@ def test_fp8_bench_runs_through_the_interpreter(tmp_path):
     rows = read_csv_after(fp8.main, ["--out", str(tmp_path)], tmp_path)
     ours = [r for r in rows if r["provider"] in ("cutile_rms", "torch")]
     assert ours and all(r["status"] == "ok" and float(r["time_us"]) > 0 for r in ours)
-    assert {r["variant"] for r in ours} == {"static", "dynamic"}
+    assert {r["variant"] for r in ours} == {"static", "dynamic", "transpose"}
     assert all(r["status"] == "missing" for r in rows if r["provider"] in ("liger", "torch_compile"))
 
 
