@@ -11,7 +11,6 @@ timed; timing, the copy ceiling and the CSV/summary are the main benchmark's (be
 bench.report).
 """
 
-import datetime
 import sys
 
 import torch
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, side_main, side_parser, status_rows
+from bench.run import DTYPES, case_rows, copy_ceiling_gbps, run_context, side_main, side_parser
 
 EPS = 1e-6
 OPS = ("fwd_fp8",)
@@ -117,12 +116,7 @@ def _calls(fn, sets, transpose):
 
 def run(shapes, dtypes, variants, names=None, timings=("graph", "eager"), sha=None, device="cuda", progress=None):
     """Yield CSV rows (bench.report.COLUMNS); the variant column holds the scaling."""
-    on_gpu = device == "cuda"
-    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
-    if not on_gpu:
-        timings = tuple(t for t in timings if t == "eager")
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    sha = sha or commit()
+    on_gpu, gpu, timings, stamp, sha = run_context(device, timings, sha)
     provs = providers(names, on_gpu)
     work = [(d, m, n, lab, v) for d in dtypes for (m, n, lab) in shapes for v in variants]
     for dtype, m, n, label, variant in progress(work) if progress else work:
@@ -138,18 +132,12 @@ def run(shapes, dtypes, variants, names=None, timings=("graph", "eager"), sha=No
         transpose = variant == "transpose"
         sets = [(rnd((m, n)).to(tdt), (1.0 + 0.1 * rnd((n,))).to(tdt), scale) for _ in range(nsets)]
         copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
-        for name, fn, missing in provs:
-            row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
-            if missing:
-                yield from status_rows(row, OPS, timings, "missing", missing)
-                continue
-            yield from provider_rows(
-                row, OPS, timings,
-                check=lambda fn=fn, s0=sets[0], t=transpose: check(fn, *s0, t),
-                build=lambda op, fn=fn, sets=sets, t=transpose: _calls(fn, sets, t),
-                nbytes=lambda op, m=m, n=n, d=dtype, v=variant: op_bytes(op, m, n, d, v),
-                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=7 if on_gpu else 3,
-            )  # fmt: skip
+        yield from case_rows(
+            base, provs, OPS, timings, copy_gbps, nsets, on_gpu, 7 if on_gpu else 3,
+            check=lambda fn, s0=sets[0], t=transpose: check(fn, *s0, t),
+            build=lambda fn, op, sets=sets, t=transpose: _calls(fn, sets, t),
+            nbytes=lambda op, m=m, n=n, d=dtype, v=variant: op_bytes(op, m, n, d, v),
+        )  # fmt: skip
         del sets
         if on_gpu:
             torch.cuda.empty_cache()

@@ -11,7 +11,6 @@ float64 before it is timed; timing, the copy ceiling and the CSV/summary are the
 benchmark's (bench.timing, bench.report).
 """
 
-import datetime
 import sys
 
 import torch
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 
 from bench import cases as C
 from bench import timing as T
-from bench.run import DTYPES, commit, copy_ceiling_gbps, provider_rows, side_main, side_parser, status_rows
+from bench.run import DTYPES, case_rows, copy_ceiling_gbps, run_context, side_main, side_parser
 
 EPS = 1e-6
 OPS = ("fwd", "fwd_infer", "fwd_post", "bwd")
@@ -140,12 +139,7 @@ def _calls(fn, op, sets):
 
 def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sha=None, device="cuda", progress=None):
     """Yield CSV rows (bench.report.COLUMNS); the variant column holds the stream."""
-    on_gpu = device == "cuda"
-    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
-    if not on_gpu:
-        timings = tuple(t for t in timings if t == "eager")
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    sha = sha or commit()
+    on_gpu, gpu, timings, stamp, sha = run_context(device, timings, sha)
     provs = providers(names, on_gpu)
     # An fp32 stream beside fp32 activations is the "same" stream.
     work = [(d, m, n, st) for d in dtypes for st in streams for (m, n, _) in shapes if (st, d) != ("fp32", "float32")]
@@ -165,18 +159,14 @@ def run(shapes, dtypes, streams, ops, names=None, timings=("graph", "eager"), sh
             sets.append((rnd((m, n), tdt).requires_grad_(), rnd((m, n), sdt).requires_grad_(), w, rnd((m, n), tdt),
                          rnd((m, n), sdt)))  # fmt: skip
         copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
-        for name, fn, missing, runs_streams in provs:
-            row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
-            if missing or stream not in runs_streams:
-                yield from status_rows(row, ops, timings, "missing", missing or f"no {stream} residual stream")
-                continue
-            yield from provider_rows(
-                row, ops, timings,
-                check=lambda fn=fn, s0=sets[0]: check(fn, *s0),
-                build=lambda op, fn=fn, sets=sets: _calls(fn, op, sets),
-                nbytes=lambda op, m=m, n=n, d=dtype, st=stream: op_bytes(op, m, n, d, st),
-                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=7 if on_gpu else 3,
-            )  # fmt: skip
+        case = [(name, fn, missing or (None if stream in runs else f"no {stream} residual stream"))
+                for name, fn, missing, runs in provs]  # fmt: skip
+        yield from case_rows(
+            base, case, ops, timings, copy_gbps, nsets, on_gpu, 7 if on_gpu else 3,
+            check=lambda fn, s0=sets[0]: check(fn, *s0),
+            build=lambda fn, op, sets=sets: _calls(fn, op, sets),
+            nbytes=lambda op, m=m, n=n, d=dtype, st=stream: op_bytes(op, m, n, d, st),
+        )  # fmt: skip
         del sets
         if on_gpu:
             torch.cuda.empty_cache()

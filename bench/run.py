@@ -135,6 +135,33 @@ def provider_rows(row, ops, timings, check, build, nbytes, note: str, on_gpu: bo
             yield from timed_rows(row, op, lambda op=op: build(op), timings, nbytes(op), note, on_gpu, reps)
 
 
+def run_context(device: str, timings, sha):
+    """(on_gpu, gpu name, timings, timestamp, commit) of a run on device: "cuda", or "cpu" (the
+    interpreter: eager timing only)."""
+    on_gpu = device == "cuda"
+    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
+    if not on_gpu:
+        timings = tuple(t for t in timings if t == "eager")
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return on_gpu, gpu, timings, stamp, sha or commit()
+
+
+def case_rows(base, provs, ops, timings, copy_gbps: float, nsets: int, on_gpu: bool, reps: int, check, build, nbytes):
+    """Rows of every provider on one case. provs: (name, provider, why it is missing or None);
+    check(provider), build(provider, op) -> calls, nbytes(op) (see provider_rows)."""
+    for name, provider, missing in provs:
+        row = dict(base, provider=name, copy_gbps=round(copy_gbps, 1))
+        if missing:
+            yield from status_rows(row, ops, timings, "missing", missing)
+            continue
+        yield from provider_rows(
+            row, ops, timings,
+            check=lambda p=provider: check(p),
+            build=lambda op, p=provider: build(p, op),
+            nbytes=nbytes, note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=reps,
+        )  # fmt: skip
+
+
 def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None,
         device="cuda"):  # fmt: skip
     """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set().
@@ -142,15 +169,9 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
     device="cpu" runs cutile_rms through the cuTile interpreter (interpret mode must be on):
     eager timing only, and providers that need a GPU are reported as missing.
     """
-    on_gpu = device == "cuda"
-    gpu = torch.cuda.get_device_name() if on_gpu else "cpu (cuTile interpreter)"
-    reps = 7
-    if not on_gpu:
-        timings = tuple(t for t in timings if t == "eager")
-        reps = 3  # the interpreter is slow and its timings only indicative
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    sha = sha or commit()
-    providers = all_providers(provider_names, on_gpu)
+    on_gpu, gpu, timings, stamp, sha = run_context(device, timings, sha)
+    reps = 7 if on_gpu else 3  # the interpreter is slow and its timings only indicative
+    providers = [(p.name, p, p.missing) for p in all_providers(provider_names, on_gpu)]
     work = [(d, m, n, lab, v) for d in dtypes for (m, n, lab) in shapes for v in variants]
     for dtype, m, n, label, variant in progress(work) if progress else work:
         tdt = DTYPES[dtype]
@@ -170,18 +191,12 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
                 w = (0.1 * rnd((n,)).float()).to(tdt).requires_grad_()
             sets.append((x, w, rnd((m, n))))
         copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
-        for p in providers:
-            row = dict(base, provider=p.name, copy_gbps=round(copy_gbps, 1))
-            if p.missing:
-                yield from status_rows(row, ops, timings, "missing", p.missing)
-                continue
-            yield from provider_rows(
-                row, ops, timings,
-                check=lambda p=p, s0=sets[0], v=variant: check(p, *s0[:2], s0[2], v),
-                build=lambda op, p=p, sets=sets, v=variant: make_calls(p, op, sets, v),
-                nbytes=lambda op, m=m, n=n, d=dtype, w=has_w: C.op_bytes(op, m, n, d, w),
-                note=f"{nsets} input sets rotated", on_gpu=on_gpu, reps=reps,
-            )  # fmt: skip
+        yield from case_rows(
+            base, providers, ops, timings, copy_gbps, nsets, on_gpu, reps,
+            check=lambda p, s0=sets[0], v=variant: check(p, *s0[:2], s0[2], v),
+            build=lambda p, op, sets=sets, v=variant: make_calls(p, op, sets, v),
+            nbytes=lambda op, m=m, n=n, d=dtype, w=has_w: C.op_bytes(op, m, n, d, w),
+        )  # fmt: skip
         del sets
         if on_gpu:
             torch.cuda.empty_cache()

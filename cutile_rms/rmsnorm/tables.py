@@ -13,8 +13,9 @@ Both are JSON files of the same format, written by :mod:`cutile_rms.tune`::
   ``cutile_rms.tune`` found on this machine's GPU; its entries take precedence. The cache dir is
   ``$CUTILE_RMS_CACHE_DIR``, else ``$XDG_CACHE_HOME/cutile_rms``, else ``~/.cache/cutile_rms``
   (read once, at import). A new cuda-tile or tileiras version starts a new cache file: tuned
-  configs are compiler-specific (tileiras 13.5 ran the sm_90 table's forward up to 1.3x slower
-  than 13.4, which it was tuned with).
+  configs are compiler-specific (the project's reference notes, shared/reference/cutile-facts.md,
+  record tileiras 13.5 running this sm_90 table's forward slower than 13.4, which it was tuned
+  with; not a measurement committed here).
 
 A device key is ``"<arch>:<device name>"`` (``DeviceInfo.key``). Lookups happen only when a plan
 is not cached yet (config.py caches plans), never per launch.

@@ -125,6 +125,13 @@ class _RMSNormFP8Function(torch.autograd.Function):
         return total.to(x_dtype), total.to(r_dtype), dw, None, None, None, None, None, None
 
 
+def _output(y, stat, scale, rstd, residual_out) -> RMSNormFP8Output:
+    """The named result: stat is the per-row scales (scale None) or the static amax."""
+    if scale is None:
+        return RMSNormFP8Output(y, stat, None, rstd, residual_out)
+    return RMSNormFP8Output(y, scale, stat, rstd, residual_out)
+
+
 def _check_scale(scale, x):
     if scale is None:
         return
@@ -270,10 +277,7 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     if wants_grad and not transpose and not torch.compiler.is_compiling():
         y, stat, rstd, s_out = _RMSNormFP8Function.apply(x, residual, weight, scale, eps, offset, casting,
                                                          casting_mode, fmt)  # fmt: skip
-        s_out = None if residual is None else s_out
-        if scale is None:
-            return RMSNormFP8Output(y, stat, None, rstd, s_out)
-        return RMSNormFP8Output(y, scale, stat, rstd, s_out)
+        return _output(y, stat, scale, rstd, s_out if residual is not None else None)
     if transpose:
         args = (x, weight, scale, eps, offset, casting, fmt, store_rstd)
         if torch.compiler.is_compiling():
@@ -288,8 +292,4 @@ def rms_norm_fp8(x, weight=None, eps=1e-6, *, scale=None, out_dtype=torch.float8
     else:
         with torch.no_grad():
             y, stat, rstd, s_out = fp8_forward(*args)
-    rstd = rstd if store_rstd else None
-    s_out = None if residual is None else s_out
-    if scale is None:
-        return RMSNormFP8Output(y, stat, None, rstd, s_out)
-    return RMSNormFP8Output(y, scale, stat, rstd, s_out)
+    return _output(y, stat, scale, rstd if store_rstd else None, s_out if residual is not None else None)

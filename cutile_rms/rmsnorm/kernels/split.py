@@ -35,7 +35,8 @@ SLOT_BITS = (1 << 32) - 1
 # then on. After its last one, a block that put any aside finishes them: with the slots' sum
 # where every partner has published by then (the bits the partners used), else by reading the
 # whole rows itself, FALLBACK_N columns at a time (x, dy and w are inputs, always readable: the
-# launchers plan no split kernel for a backward that writes dx over dy). That sum differs from
+# torch front end, the one caller that writes dx over dy, plans no split kernel then,
+# torch_impl.backward). That sum differs from
 # the slots' only in the order of its fp32 adds, well inside the fp32 tolerance; where the
 # partners run at once, as planned, nothing is put aside and results are bitwise reproducible.
 # The main loop gains one untaken branch: the finishing code sits after it, where it holds no
@@ -308,7 +309,7 @@ def rms_bwd_split(
                 rstd = ct.reshape(ct.load(rstd_in, (i,), (TILE_M,), padding_mode=ZERO), (TILE_M, 1))
                 if complete:  # the partners' sums by now: the bits they used
                     c = _slot_sum(got, SLOTS_W, TILE_M) / n
-                else:  # dy is an input here: the launchers plan no split kernel that writes dx over dy
+                else:  # dy is an input here: no split kernel writes dx over dy (torch_impl.backward)
                     c = _row_wdy_x(x, dy, w, i, offset, TILE_M, FALLBACK_N, HAS_WEIGHT, False) * rstd / n
                 xhat = ct.astype(ct.load(x, (i, s), (TILE_M, TILE_N), padding_mode=ZERO, allow_tma=False),
                                  ct.float32) * rstd  # fmt: skip
