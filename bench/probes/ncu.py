@@ -1,0 +1,210 @@
+"""Side-by-side Nsight Compute profiles of the providers' kernels on the same shapes.
+
+    python -m bench.probes.ncu --shapes 16384x4096 524288x128 --op fwd_infer \\
+        --provider cutile_rms liger [--dtype bfloat16] [--ncu PATH] [--out DIR]
+
+For every (shape, provider) the op runs once between cudaProfilerStart/Stop in a child process
+under ``ncu --profile-from-start off`` (inputs of the benchmark's sizes, larger than L2; each
+case warmed up first, so compiles and autotuning stay outside the profiled range). The parent
+first runs each case once under torch.profiler to learn which kernels one call launches, so the
+report's kernels can be matched to their case. Writes DIR/ncu-raw.csv (every metric of the
+sections, one row per kernel, the case in its first column) and DIR/ncu-summary.md, and prints the summary: time, DRAM
+throughput, launch shape, registers, occupancy, global load and store bytes per thread and
+instruction, and the top warp stall reasons.
+
+Nsight Compute locks clocks and flushes caches per kernel by default: its times are not the
+benchmark's. Compare metrics between providers of the same run, not times with bench results.
+"""
+
+import argparse
+import csv
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from bench import cases as C
+from bench import providers as P
+from bench import run as R
+
+NCU = "/opt/nvidia/nsight-compute/2025.3.1/ncu"
+SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
+METRICS = (
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+)
+# (summary column, raw metric); missing metrics show as "".
+COLUMNS = (
+    ("us", "gpu__time_duration.sum"),
+    ("dram_%", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("grid", "launch__grid_size"),
+    ("block", "launch__block_size"),
+    ("regs", "launch__registers_per_thread"),
+    ("smem_KB", None),
+    ("occ_theory_%", "sm__maximum_warps_per_active_cycle_pct"),
+    ("occ_achieved_%", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    ("ld_B/req", None),
+    ("st_B/req", None),
+)
+
+
+def _cases(args):
+    for text in args.shapes:
+        m, n, _ = C.parse_shape(text)
+        for name in args.provider:
+            yield f"{name}|{args.op}|{args.dtype}|{m}x{n}", name, m, n
+
+
+def _call(provider, op: str, m: int, n: int, dtype: str):
+    """A closure running one call of the op on fresh inputs of the benchmark's kind."""
+    dt = getattr(torch, dtype)
+    x = torch.randn(m, n, device="cuda", dtype=dt)
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).to(dt)
+    dy = torch.randn(m, n, device="cuda", dtype=dt)
+    if op in ("bwd", "fwd_bwd"):
+        x.requires_grad_()
+        w.requires_grad_()
+    return R.make_calls(provider, op, [(x, w, dy)], "llama")[0]
+
+
+def _kernels_per_call(fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [k for k in names if not re.match(r"(?i)mem(cpy|set)", k)]
+
+
+def target(args):
+    """Run inside ncu: warm every case up, then profile one call of each."""
+    provs = {p.name: p for p in P.all_providers(args.provider)}
+    calls = []
+    for _label, name, m, n in _cases(args):
+        if provs[name].missing:
+            continue
+        fn = _call(provs[name], args.op, m, n, args.dtype)
+        for _ in range(3):
+            fn()
+        calls.append(fn)
+    torch.cuda.synchronize()
+    for fn in calls:
+        torch.cuda.cudart().cudaProfilerStart()
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def _num(v):
+    try:
+        return float(str(v).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _summary_row(raw: dict, units: dict) -> dict:
+    out = {}
+    for col, metric in COLUMNS:
+        v = _num(raw.get(metric, "")) if metric else None
+        if v is not None and col == "us":
+            v *= {"nsecond": 1e-3, "msecond": 1e3, "second": 1e6}.get(units.get(metric, ""), 1.0)
+        out[col] = "" if v is None else (f"{v:.1f}" if col.endswith(("us", "%")) else f"{v:g}")
+    smem = sum(_num(raw.get(f"launch__shared_mem_per_block_{k}")) or 0 for k in ("static", "dynamic"))
+    out["smem_KB"] = f"{smem / 1024:.1f}"
+    for kind in ("ld", "st"):
+        req = _num(raw.get(f"l1tex__t_requests_pipe_lsu_mem_global_op_{kind}.sum"))
+        sec = _num(raw.get(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{kind}.sum"))
+        out[f"{kind}_B/req"] = f"{32 * sec / req:.0f}" if req and sec is not None else ""
+    stalls = {}
+    for k, v in raw.items():
+        mt = re.match(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$", k)
+        if mt and _num(v) is not None:
+            stalls[mt.group(1)] = _num(v)
+    top = sorted(stalls.items(), key=lambda kv: -kv[1])[:4]
+    out["top_stalls"] = ", ".join(f"{k} {v:.1f}" for k, v in top)
+    return out
+
+
+def profile(args) -> int:
+    ncu = args.ncu
+    manifest = []
+    provs = {p.name: p for p in P.all_providers(args.provider)}
+    for label, name, m, n in _cases(args):
+        if provs[name].missing:
+            print(f"{label}: missing ({provs[name].missing})", flush=True)
+            continue
+        fn = _call(provs[name], args.op, m, n, args.dtype)
+        fn()
+        manifest.append((label, _kernels_per_call(fn)))
+        del fn
+        torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    rep = os.path.join(tempfile.mkdtemp(), "ncu-report")
+    child = [sys.executable, "-m", "bench.probes.ncu", "--target", *sys.argv[1:]]
+    base = [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", rep]
+    for s in SECTIONS:
+        base += ["--section", s]
+    r = subprocess.run([*base, "--metrics", ",".join(METRICS), *child])
+    if r.returncode != 0:
+        print("ncu failed with the extra metrics; again with the sections alone", flush=True)
+        r = subprocess.run([*base, *child])
+        if r.returncode != 0:
+            return r.returncode
+    text = subprocess.run([ncu, "--import", rep + ".ncu-rep", "--csv", "--page", "raw"], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(text)))
+    units, rows = (rows[0], rows[1:]) if rows else ({}, [])  # the first row holds units
+    cases = [label for label, kernels in manifest for _ in kernels]
+    with open(os.path.join(args.out, "ncu-raw.csv"), "w", newline="") as f:
+        wr = csv.writer(f)
+        table = list(csv.reader(io.StringIO(text))) or [[]]
+        for j, r in enumerate(table):
+            wr.writerow([("case", "")[j] if j < 2 else (cases[j - 2] if j - 2 < len(cases) else "?"), *r])
+    lines = ["| case | kernel | " + " | ".join(c for c, _ in COLUMNS) + " | top stalls (cycles per issue) |",
+             "|---" * (len(COLUMNS) + 3) + "|"]  # fmt: skip
+    i = 0
+    for label, kernels in manifest:
+        for k in kernels:
+            if i >= len(rows):
+                break
+            raw = rows[i]
+            i += 1
+            s = _summary_row(raw, units)
+            name = raw.get("Kernel Name", k)[:40]
+            lines.append(f"| {label} | {name} | " + " | ".join(s[c] for c, _ in COLUMNS) + f" | {s['top_stalls']} |")
+    if i != len(rows):
+        lines.append(f"\n(the report holds {len(rows)} kernels, the manifest {i}: match by hand in ncu-raw.csv)")
+    summary = "\n".join(lines)
+    with open(os.path.join(args.out, "ncu-summary.md"), "w") as f:
+        f.write(summary + "\n")
+    print(summary, flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.probes.ncu", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", nargs="+", required=True, metavar="MxN")
+    ap.add_argument("--provider", nargs="+", default=["cutile_rms", "liger"])
+    ap.add_argument("--op", default="fwd_infer", choices=C.OPS)
+    ap.add_argument("--dtype", default="bfloat16", choices=C.DTYPE_NAMES)
+    ap.add_argument("--ncu", default=NCU)
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/latest"))
+    ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.target:
+        target(args)
+        return 0
+    return profile(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
