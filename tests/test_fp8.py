@@ -198,7 +198,7 @@ def test_fp8_backward_through_autograd_with_residual(dev, gen):
     s = (x.float() + r.float()).to(torch.float32)
     _, _, dsr, dwr = rms_norm_ref_grads(s, dy.float(), w, EPS)
     tols = tolerances(torch.float32, w.dtype, "gemma")
-    total = dsr + ds.double().cpu()
+    total = dsr.double().cpu() + ds.double().cpu()
     assert gx.dtype == torch.bfloat16 and gr.dtype == torch.float32
     assert_close("dresidual", gr, total, tols["dx"])
     assert_close("dx", gx, total, tolerances(torch.bfloat16, w.dtype, "gemma")["dx"])

@@ -58,6 +58,9 @@ def test_plan_rules():
     assert plan("forward", 99, 1, 1536, 2, SMS).widths == (2048, 0, 0)  # a 3 KB row: one piece, 4 rows a tile
     assert plan("forward", 99, 1, 2560, 2, SMS).widths == (2048, 512, 0)  # 5 KB: two pieces down to 1 KB
     assert plan("forward", 99, 1, 3584, 2, SMS).widths == (4096, 0, 0)  # not three: a third piece under 2 KB
+    # masked 16-bit multi-row tiles: 32 warps per SM; 8 warps and twice the rows where 4 warps need > 64 registers
+    assert plan("forward", 99, 1, 1536, 2, SMS).hints == (8, 4) and plan("forward", 99, 1, 1536, 2, SMS).tile_a == 4
+    assert plan("forward", 99, 1, 3584, 2, SMS).hints == (4, 8) and plan("forward", 99, 1, 3584, 2, SMS).tile_a == 4
     f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
     assert f32.grid == 12483 and f32.tile_a == 1
     big = plan("forward", 2048, 1, 18432, 2, SMS)

@@ -48,7 +48,8 @@ CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NO
 class HintVariants:
     """One kernel's objects by compiler hints: ``variants[occupancy, warps]``. Each object is
     made on first use and kept (each replace_hints() object has its own JIT cache); the keys
-    are bounded by config.OCCUPANCIES x config.WARPS."""
+    are bounded by occupancies 1..max(config.OCCUPANCIES) x config.WARPS (the row-tile planner
+    may hint any block count up to the largest)."""
 
     def __init__(self, kernel):
         self.kernel = kernel
@@ -59,8 +60,8 @@ class HintVariants:
         k = self._made.get(hints)
         if k is None:
             occupancy, warps = hints
-            if occupancy not in OCCUPANCIES or warps not in WARPS:
-                raise KeyError(f"hints {hints} outside occupancy {OCCUPANCIES} x warps {WARPS}")
+            if not (isinstance(occupancy, int) and 1 <= occupancy <= max(OCCUPANCIES)) or warps not in WARPS:
+                raise KeyError(f"hints {hints} outside occupancy 1..{max(OCCUPANCIES)} x warps {WARPS}")
             with self._lock:
                 k = self._made.get(hints)
                 if k is None:

@@ -49,8 +49,11 @@ first choices read from the SASS (session 11); its kernel stays experimental.
   warps need the blocks (16 x 512, 8 x 1024: 69.6 us at 8 blocks, 78.3 at 4); rows within a warp
   do not (64 x 128: 67.4 at 4, 69.9 at 8). 16-bit tiles of several rows that overhang N (a
   padded piece) take 8 whatever the line says: 1536 as 4 x 2048 ran 68.6 us at 8 blocks (the
-  line's 4: 79.3), though 4 x 2048 compiles with a few spilled registers there; 3584 as 2 x 4096
-  ran 83.0 at 4 (8 not yet timed; 8 warps x 8 blocks on the same tile: 74.2). Backward: also
+  line's 4: 79.3), though 4 x 2048 compiles with a few spilled registers there. The rule is 32
+  warps per SM at the 64-register cap that goes with it: where 4 warps need more than
+  MASKED_NEED, the tile takes twice the rows on 8 warps at 4 blocks (session 14: 3584 as 2 x 4096
+  on 4 warps at 8 blocks, need 89, spilled: 80.0 us, ncu 55 MB of local-memory writes beside the
+  112 MB of y; as 4 x 4096 on 8 warps at 4 blocks, need 67: 68.2 us, Liger 67.6). Backward: also
   at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM.
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
@@ -89,6 +92,7 @@ WARP_LOCAL_HINT = 4
 MAX_BLOCKS_PER_SM = 8
 REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
+MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
 
@@ -135,6 +139,13 @@ class RowsPlan:
         return (self.occupancy, self.warps)
 
 
+def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
+    """Registers per thread that a tile of rows x width on warps needs (REGISTERS' line)."""
+    threads = 32 * warps
+    base, per_row, per_other = REGISTERS[op, min(elem_size, 4)]
+    return base + per_row * width / threads + per_other * (rows - 1) * width / threads
+
+
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
@@ -161,23 +172,24 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
+    warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
+    masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
+    warps = warps or (8 if rows * width > WIDE_TILE[op] and (op == "forward" or rows == 1) else 4)
+    need = _need(op, elem_size, width, rows, warps)
+    if masked and tile_rows is None and occupancy is None and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
+        rows, warps = 2 * rows, 8  # masked multi-row tiles: 32 warps per SM within 64 registers (see above)
+        need = _need(op, elem_size, width, rows, warps)
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
     tile_a = rows // tile_b
-    elems = rows * width
-    warps = warps or (8 if elems > WIDE_TILE[op] and (op == "forward" or rows == 1) else 4)
     threads = 32 * warps
-    row_elems = width / threads  # a row's elements per thread; a tile of more rows adds fewer per element
-    base, per_row, per_other = REGISTERS[op, min(elem_size, 4)]
-    need = base + per_row * row_elems + per_other * (elems / threads - row_elems)
     resident = max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
     if occupancy is None:
         if op == "forward":
-            warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
             occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
-            if elem_size == 2 and width != n and rows > 1 and not warp_local:
-                occupancy = MAX_BLOCKS_PER_SM  # masked multi-row tiles want every block (see above)
+            if masked:
+                occupancy = THREADS_PER_SM // 2 // threads  # 32 warps per SM, whatever the line says (see above)
         else:
-            occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * elems * elem_size))))  # x and dy
+            occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))  # x, dy
     if op == "forward" and resident == 1 and 7 * (1 << (n - 1).bit_length()) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
