@@ -345,7 +345,7 @@ def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=T
 
 
 def _rows_jobs(add):
-    """The row-tile kernels (the default forward, the experimental backward): the plan of every
+    """The row-tile kernels (the default forward and short-row backward): the plan of every
     ROWS_N (bf16 and fp32, 2-D inputs), with the training flags; every flag value pairwise at
     one plan; a head view (B > 1); and each kernel once for unaligned rows."""
     from cutile_rms.rows.plan import plan

@@ -47,3 +47,23 @@ def test_probe_candidates_are_plans():
     for c in cands:
         p = plan_of(c)
         assert p is not None and p.tile_a * p.tile_b == c["tile_rows"] and p.warps == c["warps"]
+
+
+def test_ncu_summary_of_a_raw_report(tmp_path):
+    """bench.probes.ncu's summary reads ncu's raw page (units row, per-value units), the case
+    column profile() adds, and picks the top stall reasons."""
+    from bench.probes.ncu import summarize
+
+    raw = tmp_path / "ncu-raw.csv"
+    raw.write_text(
+        "case,Kernel Name,gpu__time_duration.sum,dram__bytes_write.sum,sass__inst_executed_register_spilling,"
+        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,"
+        "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,"
+        "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio\n"
+        ",,nsecond,Gbyte,inst,,sector,inst,inst\n"
+        'ours|fwd,rows_fwd,"70,500",0.112,24,100,1600,2.5,6.0\n'
+    )
+    line = summarize(str(raw)).splitlines()[-1]
+    assert line.startswith("| ours|fwd | rows_fwd | 70.5 |")  # 70,500 ns in us
+    assert "| 70.5 |" in line and "| 112.0 |" in line and "| 24 |" in line and "| 512 |" in line
+    assert line.rstrip(" |").endswith("long_scoreboard 6.0, barrier 2.5")

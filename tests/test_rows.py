@@ -8,12 +8,12 @@ import inspect
 import pytest
 import torch
 
-from cutile_rms import interpret, rms_norm, rms_norm_forward
+from cutile_rms import interpret, rms_norm, rms_norm_backward, rms_norm_forward
 from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import MAX_ROW_ELEMS, pieces, plan
+from cutile_rms.rows.plan import MAX_ROW_ELEMS, backward_by_default, pieces, plan
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 pytestmark = pytest.mark.experimental
@@ -252,3 +252,37 @@ def test_default_forward_is_the_row_tile_forward(monkeypatch):
         rms_norm_forward(torch.randn(3, 40, dtype=torch.bfloat16), None, EPS)
         rms_norm_forward(torch.randn(3, 256), None, EPS, mode="persistent")
         assert calls == ["run_forward", "run_forward"]
+
+
+def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
+    """mode None: the row-tile backward on power-of-two rows of 128-512 bytes (a QK-norm head
+    view read in place), the core backward on longer rows, shorter rows, other lengths, and
+    when dx is written over dy."""
+    from cutile_rms.rmsnorm import torch_impl
+
+    assert [backward_by_default(n, 2) for n in (32, 64, 96, 128, 256, 512)] == [False, True, False, True, True, False]
+    assert [backward_by_default(n, 4) for n in (16, 32, 64, 128, 256)] == [False, True, True, True, False]
+    calls = []
+    real = RL.run_backward
+    monkeypatch.setattr(RL, "run_backward", lambda *a: calls.append("rows") or real(*a))
+    core = torch_impl.run_backward
+    monkeypatch.setattr(torch_impl, "run_backward", lambda *a, **k: calls.append("core") or core(*a, **k))
+    with interpret.interpreting():
+        qkv = torch.randn(2, 3, 3 * 4 * 64, dtype=torch.bfloat16, requires_grad=True)
+        q = qkv[..., : 4 * 64].view(2, 3, 4, 64)
+        w = torch.rand(64, dtype=torch.bfloat16, requires_grad=True)
+        dy = torch.randn(q.shape, dtype=torch.bfloat16)
+        dqkv, dw = torch.autograd.grad(rms_norm(q, w, EPS), [qkv, w], dy)
+        assert calls == ["rows"]
+        yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
+        tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
+        check_all({"dx": dqkv[..., : 4 * 64].reshape(q.shape), "dw": dw}, {"dx": dxr, "dw": dwr}, tols)
+        for n, dtype in ((512, torch.bfloat16), (96, torch.bfloat16), (16, torch.float32)):
+            calls.clear()
+            x = torch.randn(5, n, dtype=dtype, requires_grad=True)
+            rms_norm(x, None, EPS).sum().backward()
+            assert calls == ["core"], n
+        calls.clear()
+        x, dy, _ = make_inputs((5, 128), torch.float32, "cpu", has_weight=False)
+        dx2, _ = rms_norm_backward(x, dy, None, rms_norm_forward(x, None, EPS)[1], in_place=True)
+        assert calls == ["core"] and dx2.data_ptr() == dy.data_ptr()

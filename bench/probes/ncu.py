@@ -2,15 +2,17 @@
 
     python -m bench.probes.ncu --shapes 16384x4096 524288x128 --op fwd_infer \\
         --provider cutile_rms liger [--dtype bfloat16] [--ncu PATH] [--out DIR]
+    python -m bench.probes.ncu --summarize DIR/ncu-raw.csv     # the summary again, no GPU
 
 For every (shape, provider) the op runs once between cudaProfilerStart/Stop in a child process
 under ``ncu --profile-from-start off`` (inputs of the benchmark's sizes, larger than L2; each
 case warmed up first, so compiles and autotuning stay outside the profiled range). The parent
 first runs each case once under torch.profiler to learn which kernels one call launches, so the
 report's kernels can be matched to their case. Writes DIR/ncu-raw.csv (every metric of the
-sections, one row per kernel, the case in its first column) and DIR/ncu-summary.md, and prints the summary: time, DRAM
-throughput, launch shape, registers, occupancy, global load and store bytes per thread and
-instruction, and the top warp stall reasons.
+sections, one row per kernel, the case in its first column) and DIR/ncu-summary.md, and
+prints the summary: time, DRAM throughput and bytes, launch shape, registers, spill
+instructions, occupancy, global load and store bytes per warp request (512: 16 bytes a
+thread), and the top warp stall reasons.
 
 Nsight Compute locks clocks and flushes caches per kernel by default: its times are not the
 benchmark's. Compare metrics between providers of the same run, not times with bench results.
@@ -44,16 +46,22 @@ METRICS = (
 # (summary column, raw metric); missing metrics show as "".
 COLUMNS = (
     ("us", "gpu__time_duration.sum"),
-    ("dram_%", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("dram_%", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("dram_MB_rd", "dram__bytes_read.sum"),
+    ("dram_MB_wr", "dram__bytes_write.sum"),
     ("grid", "launch__grid_size"),
     ("block", "launch__block_size"),
     ("regs", "launch__registers_per_thread"),
+    ("spill_inst", "sass__inst_executed_register_spilling"),
     ("smem_KB", None),
     ("occ_theory_%", "sm__maximum_warps_per_active_cycle_pct"),
     ("occ_achieved_%", "sm__warps_active.avg.pct_of_peak_sustained_active"),
     ("ld_B/req", None),
     ("st_B/req", None),
 )
+# Unit conversions to the summary's units (ncu picks its unit per value).
+SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0,
+         "Gbyte": 1e3}  # fmt: skip
 
 
 def _cases(args):
@@ -115,9 +123,9 @@ def _summary_row(raw: dict, units: dict) -> dict:
     out = {}
     for col, metric in COLUMNS:
         v = _num(raw.get(metric, "")) if metric else None
-        if v is not None and col == "us":
-            v *= {"nsecond": 1e-3, "msecond": 1e3, "second": 1e6}.get(units.get(metric, ""), 1.0)
-        out[col] = "" if v is None else (f"{v:.1f}" if col.endswith(("us", "%")) else f"{v:g}")
+        if v is not None and col in ("us", "dram_MB_rd", "dram_MB_wr"):
+            v *= SCALE.get(units.get(metric, ""), 1.0)
+        out[col] = "" if v is None else (f"{v:.1f}" if col.endswith(("us", "%", "_rd", "_wr")) else f"{v:g}")
     smem = sum(_num(raw.get(f"launch__shared_mem_per_block_{k}")) or 0 for k in ("static", "dynamic"))
     out["smem_KB"] = f"{smem / 1024:.1f}"
     for kind in ("ld", "st"):
@@ -161,38 +169,40 @@ def profile(args) -> int:
             return r.returncode
     text = subprocess.run([ncu, "--import", rep + ".ncu-rep", "--csv", "--page", "raw"], capture_output=True,
                           text=True, check=True).stdout  # fmt: skip
-    rows = list(csv.DictReader(io.StringIO(text)))
-    units, rows = (rows[0], rows[1:]) if rows else ({}, [])  # the first row holds units
     cases = [label for label, kernels in manifest for _ in kernels]
-    with open(os.path.join(args.out, "ncu-raw.csv"), "w", newline="") as f:
+    raw_path = os.path.join(args.out, "ncu-raw.csv")
+    with open(raw_path, "w", newline="") as f:
         wr = csv.writer(f)
         table = list(csv.reader(io.StringIO(text))) or [[]]
         for j, r in enumerate(table):
             wr.writerow([("case", "")[j] if j < 2 else (cases[j - 2] if j - 2 < len(cases) else "?"), *r])
-    lines = ["| case | kernel | " + " | ".join(c for c, _ in COLUMNS) + " | top stalls (cycles per issue) |",
-             "|---" * (len(COLUMNS) + 3) + "|"]  # fmt: skip
-    i = 0
-    for label, kernels in manifest:
-        for k in kernels:
-            if i >= len(rows):
-                break
-            raw = rows[i]
-            i += 1
-            s = _summary_row(raw, units)
-            name = raw.get("Kernel Name", k)[:40]
-            lines.append(f"| {label} | {name} | " + " | ".join(s[c] for c, _ in COLUMNS) + f" | {s['top_stalls']} |")
-    if i != len(rows):
-        lines.append(f"\n(the report holds {len(rows)} kernels, the manifest {i}: match by hand in ncu-raw.csv)")
-    summary = "\n".join(lines)
+    if len(table) - 2 != len(cases):
+        print(f"the report holds {len(table) - 2} kernels, the manifest {len(cases)}: check the cases", flush=True)
+    summary = summarize(raw_path)
     with open(os.path.join(args.out, "ncu-summary.md"), "w") as f:
         f.write(summary + "\n")
     print(summary, flush=True)
     return 0
 
 
+def summarize(raw_path: str) -> str:
+    """The markdown summary of a case-labelled raw CSV that profile() wrote."""
+    with open(raw_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    units, rows = (rows[0], rows[1:]) if rows else ({}, [])  # the first row holds units
+    lines = ["| case | kernel | " + " | ".join(c for c, _ in COLUMNS) + " | top stalls (cycles per issue) |",
+             "|---" * (len(COLUMNS) + 3) + "|"]  # fmt: skip
+    for raw in rows:
+        s = _summary_row(raw, units)
+        name = raw.get("Kernel Name", "")[:40]
+        lines.append(f"| {raw['case']} | {name} | " + " | ".join(s[c] for c, _ in COLUMNS) + f" | {s['top_stalls']} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probes.ncu", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", required=True, metavar="MxN")
+    ap.add_argument("--shapes", nargs="+", metavar="MxN")
+    ap.add_argument("--summarize", metavar="RAW_CSV", help="print the summary of an earlier run's ncu-raw.csv")
     ap.add_argument("--provider", nargs="+", default=["cutile_rms", "liger"])
     ap.add_argument("--op", default="fwd_infer", choices=C.OPS)
     ap.add_argument("--dtype", default="bfloat16", choices=C.DTYPE_NAMES)
@@ -200,6 +210,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/latest"))
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize))
+        return 0
+    if not args.shapes:
+        ap.error("--shapes is required")
     if args.target:
         target(args)
         return 0

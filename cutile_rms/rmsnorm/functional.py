@@ -142,8 +142,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
             "gemma": everything in fp32, y rounded once; "none": mean of squares in fp32, the
             rest in x's dtype. With float32 input the three are identical.
         mode: None (automatic: the row-tile forward of ``cutile_rms.rows`` where its rules plan
-            the row, the core kernels elsewhere), "persistent" or "gather" to force a core
-            forward kernel; "rows" also runs the backward on the (experimental) row-tile kernels.
+            the row, the row-tile backward on short power-of-two rows, the core kernels
+            elsewhere), "persistent" or "gather" to force a core forward kernel; "rows" runs the
+            backward on the row-tile kernels wherever their rules plan the row.
         in_place: the backward writes dx into the incoming gradient's memory (saves one
             activation-sized buffer). It raises RuntimeError instead when that gradient is
             needed elsewhere (a view, shared with a residual branch, kept by a hook). Ignored

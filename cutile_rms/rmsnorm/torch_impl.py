@@ -14,6 +14,7 @@ from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 from cutile_rms.rows import launch as RL
+from cutile_rms.rows.plan import backward_by_default
 from cutile_rms.rows.plan import plan as rows_plan
 
 __all__ = [
@@ -224,8 +225,8 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
 
 
 def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
-    """backward() on the experimental row-tile kernels (mode "rows"), or None when their rules
-    leave x's rows to the core plan."""
+    """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
+    plan."""
     p, a, b, n = _rows_plan("backward", x)
     if p is None and a * b:
         return None
@@ -272,8 +273,11 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
 def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
-    shape and dtype (None when weight is None). mode "rows": as in forward()."""
-    if mode == "rows":
+    shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
+    that ``backward_by_default`` names (short power-of-two rows, unless dx is written over dy),
+    "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
+    default = mode is None and dx_out is None and backward_by_default(x.shape[-1], x.element_size())
+    if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out)
         if done is not None:
             return done

@@ -1,5 +1,6 @@
 """Row-tile RMSNorm kernels: the forward is the core forward (see plan.py for when it runs);
-the backward is experimental (``@experimental_kernel``: ``mode="rows"`` runs it).
+the backward runs by default on short rows (``plan.backward_by_default``) and wherever its rules
+plan the row with ``mode="rows"``.
 
     rstd = 1 / sqrt(mean(x^2) + eps),  xhat = x * rstd,  y = xhat * (offset + w)
     wdy = (offset + w) * dy,  c = mean(wdy * xhat),  dx = rstd * (wdy - xhat * c),  dw = sum dy * xhat
@@ -24,7 +25,6 @@ Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.
 
 import cuda.tile as ct
 
-from cutile_rms._launch import experimental_kernel
 from cutile_rms.rmsnorm.kernels import _normalize
 
 ZERO = ct.PaddingMode.ZERO
@@ -160,7 +160,6 @@ def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
     ct.store(dw_partial, (ct.bid(0), j), ct.reshape(total, (1, W)), check_bounds=CHECK, allow_tma=False)
 
 
-@experimental_kernel
 @ct.kernel
 def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
              W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,

@@ -73,7 +73,7 @@ whether a tile can overhang A, neither of which changes a row's arithmetic.
 import functools
 from dataclasses import dataclass
 
-__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "pieces", "plan"]
+__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan"]
 
 OPS = ("forward", "backward")
 MAX_PIECES = 3
@@ -92,6 +92,7 @@ WARP_LOCAL_HINT = 4
 MAX_BLOCKS_PER_SM = 8
 REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
+DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs on row tiles (measured range)
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -137,6 +138,17 @@ class RowsPlan:
     @property
     def hints(self) -> tuple:
         return (self.occupancy, self.warps)
+
+
+def backward_by_default(n: int, elem_size: int) -> bool:
+    """Whether a call without a mode runs the row-tile backward for rows of n elements: rows of a
+    power-of-two length of DEFAULT_BACKWARD_BYTES (each reduced within one warp, no block barrier).
+    Session 14 (H200, graph replay, one run, row-tile vs core backward): bf16 64 127.4 vs 128.6 us,
+    128 128.7 vs 162.5, 256 130.6 vs 174.0; fp32 64 212.3 vs 225.1. Longer rows lose: bf16 512
+    153.8 vs 112.7, 1024 152.5 vs 104.4, 4096 108.6 vs 105.4; fp32 192-4096 by 4-11%. The row tiles
+    also read a head view of a fused QKV projection in place, where the core kernels copy it."""
+    lo, hi = DEFAULT_BACKWARD_BYTES
+    return n & (n - 1) == 0 and lo <= n * elem_size <= hi
 
 
 def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
