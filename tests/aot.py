@@ -312,12 +312,13 @@ def _unaligned_jobs(add):
 ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000)
 
 
-def _rows_arrays(x, w, b_one: bool, names) -> dict:
+def _rows_arrays(x, w, b_one: bool, names, res=None) -> dict:
     """Constraints of the row-tile kernels' arrays: (A, B, N) rows (B == 1: a 2-D input, which
-    the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials."""
+    the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials; the residual
+    and the sum in res's dtype (x's without a residual: placeholders)."""
 
-    def rows():
-        c = arr(x, 3)
+    def rows(dtype=x):
+        c = arr(dtype, 3)
         if b_one and _ALIGNED[0]:
             c = dataclasses.replace(c, shape_constant=(None, 1, None))
         return c
@@ -326,21 +327,23 @@ def _rows_arrays(x, w, b_one: bool, names) -> dict:
     if b_one:
         rstd = dataclasses.replace(rstd, shape_constant=(None, 1))
     wa = arr(w, 1) if w else rows()
-    table = {"x": rows(), "y": rows(), "dy": rows(), "dx": rows(), "w": wa, "rstd_out": rstd, "rstd_in": rstd,
-             "dw_partial": arr("float32", 2) if w else rows(), "eps": F32, "offset": F32}  # fmt: skip
+    table = {"x": rows(), "r": rows(res or x), "s_out": rows(res or x), "y": rows(), "dy": rows(), "dx": rows(),
+             "w": wa, "rstd_out": rstd, "rstd_in": rstd, "dw_partial": arr("float32", 2) if w else rows(), "eps": F32,
+             "offset": F32}  # fmt: skip
     return {k: table[k] for k in names}
 
 
-def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=True):
+def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=True, res=None,
+              residual=K.RESIDUAL_NONE):  # fmt: skip
     from cutile_rms.rows import launch as RL
 
     kernel, names = RL.KERNELS[op]
     if op == "forward":
-        consts = RL.forward_values(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store)
+        consts = RL.forward_values(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store, residual)
     else:
         consts = RL.backward_values(p, w is not None, w is not None and x != "float32" and casting != K.CAST_GEMMA)
-    values = {**_rows_arrays(x, w, b_one, [n for n in names if n not in consts]), **consts}
-    add(f"rows {op} {label} {x} w={w} cast={casting} rstd={store} b_one={b_one} {p}",
+    values = {**_rows_arrays(x, w, b_one, [n for n in names if n not in consts], res), **consts}
+    add(f"rows {op} {label} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} {p}",
         RL._VARIANTS[op][p.hints], [values[n] for n in names])  # fmt: skip
 
 
@@ -365,6 +368,17 @@ def _rows_jobs(add):
             _rows_job(add, "flags", "backward", rep["backward"], x, w, casting)
     for op in ("forward", "backward"):
         _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), "bfloat16", "bfloat16", b_one=False)
+    # The fused residual add on row tiles (experimental/fused_add, planned on the 4-byte line):
+    # each residual flavour at a one-piece and a two-piece plan, each stream / residual dtype pair
+    # at one flavour.
+    flavours = ((K.RESIDUAL_ADD, True), (K.RESIDUAL_ADD, False), (K.RESIDUAL_ADD_UNSTORED, False))
+    for n in (4096, 6144):
+        for residual, store in flavours:
+            _rows_job(add, f"fused n={n}", "forward", plan("forward", 4099, 1, n, 4, 132), "bfloat16", "bfloat16",
+                      store=store, res="bfloat16", residual=residual)  # fmt: skip
+    for x, res in FUSED_STREAMS[1:]:
+        _rows_job(add, "fused", "forward", plan("forward", 4099, 1, 4096, 4, 132), x, x, res=res,
+                  residual=K.RESIDUAL_ADD)  # fmt: skip
     _ALIGNED[0] = False
     try:
         for op in ("forward", "backward"):

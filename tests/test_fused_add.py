@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from cutile_rms import ExperimentalKernelWarning, _launch, rms_norm
+from cutile_rms import ExperimentalKernelWarning, _launch, interpret, rms_norm
 from cutile_rms.experimental import fused_add_rms_norm, fused_add_rms_norm_
 from tests.reference import FP32_ARITH_RTOL, UNIT_ROUNDOFF, Y_ROUNDINGS, Tol, check_all, dw_term_scale
 
@@ -204,8 +204,9 @@ def test_validation(dev):
 
 
 def test_each_kernel_warns_once(dev, gen):
-    """The first launch of each experimental kernel warns, later launches do not."""
-    x, r, w = make((8, 256), torch.float16, torch.float16, dev, gen)
+    """The first launch of each experimental kernel warns, later launches do not (a row the
+    row-tile rules leave to the fused kernels: 16-bit, not a multiple of 16 long)."""
+    x, r, w = make((8, 250), torch.float16, torch.float16, dev, gen)
     names = [n for n in list(_launch._warned) if ".fused_add." in n]
     for name in names:  # as in a fresh process
         _launch._warned.discard(name)
@@ -227,7 +228,7 @@ def test_output_grads_may_be_absent(dev, gen):
     assert torch.equal(xg.grad, g) and torch.equal(rg.grad, g)
 
 
-@pytest.mark.parametrize("shape", [(37, 1000), (5, 20000)], ids=["tile", "chunked"])
+@pytest.mark.parametrize("shape", [(37, 1000), (5, 20000), (37, 1024)], ids=["tile", "chunked", "rows"])
 @pytest.mark.parametrize("r_dtype,s_arg", [(torch.bfloat16, None), (torch.bfloat16, torch.float32)], ids=str)
 def test_post_norm_does_not_write_the_sum(dev, shape, r_dtype, s_arg, gen):
     """store_residual=False (post-norm): y is bitwise the y of the storing forward and
@@ -246,6 +247,42 @@ def test_post_norm_does_not_write_the_sum(dev, shape, r_dtype, s_arg, gen):
     xh, rh, wh = (t.clone().requires_grad_() for t in (x, r, w))
     ref = torch.autograd.grad(fused_add_rms_norm(xh, rh, wh, EPS, residual_dtype=s_arg)[0], [xh, rh, wh], dy)
     assert all(torch.equal(a, b) for a, b in zip(grads, ref, strict=True))
+
+
+def test_forward_runs_on_row_tiles_where_they_plan_the_row(monkeypatch, gen):
+    """Every forward flavour but in place runs on the row-tile forward where its rules plan the
+    row for each element size (stream, residual, sum), with results within the reference's
+    tolerances; a forced core mode, in place, and a row they leave run the fused kernels."""
+    from cutile_rms.experimental.fused_add import launch as FL
+    from cutile_rms.rows import launch as RL
+
+    calls = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda *a, **k: calls.append("rows") or real(*a, **k))
+    with interpret.interpreting():
+        for s_arg in (None, torch.float32):
+            x, r, w = make((37, 1024), torch.bfloat16, torch.bfloat16, "cpu", gen)
+            xg, rg = x.clone().requires_grad_(), r.clone().requires_grad_()
+            y, s = fused_add_rms_norm(xg, rg, w, EPS, residual_dtype=s_arg)  # training: stores rstd
+            with torch.no_grad():
+                y2, s2 = fused_add_rms_norm(x, r, w, EPS, residual_dtype=s_arg)  # inference
+                y3, _ = fused_add_rms_norm(x, r, w, EPS, residual_dtype=s_arg, store_residual=False)  # post-norm
+            assert calls == ["rows"] * 3
+            calls.clear()
+            sr = (x.double() + r.double()).to(s_arg or torch.bfloat16)
+            assert torch.equal(s.detach(), sr) and torch.equal(s2, sr)
+            sd = sr.double()
+            yr = sd * torch.rsqrt(sd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
+            for out in (y, y2, y3):
+                rel = ((out.detach().double() - yr).norm() / yr.norm()).item()
+                assert rel < 2 * UNIT_ROUNDOFF[torch.bfloat16], rel  # y's one rounding to bf16, and xhat's
+        x, r, w = make((37, 1024), torch.bfloat16, torch.bfloat16, "cpu", gen)
+        fused_add_rms_norm_(x.clone(), r.clone(), w, EPS)  # in place: the fused kernels
+        x2, r2, w2 = make((37, 1000), torch.bfloat16, torch.bfloat16, "cpu", gen)
+        with torch.no_grad():
+            fused_add_rms_norm(x2, r2, w2, EPS)  # 1000: not a multiple of 16
+    assert calls == []
+    assert FL._rows_plan(x.view(37, 1024), r, x, "persistent", None) is None
 
 
 def test_signatures_are_the_kernels():

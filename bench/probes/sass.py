@@ -103,8 +103,8 @@ def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
     p = plan(op, m, b, n, ES[dt], 132, **overrides)
     rows = array(dt, (m, b, n), strides)
     rstd = array(ct.float32, (m, b))
-    values = dict(x=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd, eps=F32,
-                  offset=F32, dw_partial=array(ct.float32, (p.grid, n)))  # fmt: skip
+    values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd,
+                  rstd_in=rstd, eps=F32, offset=F32, dw_partial=array(ct.float32, (p.grid, n)))  # fmt: skip
     if op == "forward":
         values.update(RL.forward_values(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True, True))
     else:

@@ -25,7 +25,7 @@ Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.
 
 import cuda.tile as ct
 
-from cutile_rms.rmsnorm.kernels import _normalize
+from cutile_rms.rmsnorm.kernels import RESIDUAL_ADD, RESIDUAL_NONE, _normalize
 
 ZERO = ct.PaddingMode.ZERO
 C_INT = ct.Constant[int]
@@ -106,23 +106,59 @@ def _load_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W
 
 
 @ct.function
+def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL,
+               STORE: C_BOOL):  # fmt: skip
+    """s = x + r (an fp32 add rounded once to s_out's dtype) of one piece, stored to s_out with
+    STORE (s_out only names the sum's dtype otherwise)."""
+    xf = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
+    st = ct.astype(xf + ct.astype(_load(r, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32), s_out.dtype)
+    if STORE:
+        _store(s_out, ia, ib, j, st, CHECK)
+    return st
+
+
+@ct.function
+def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
+                  C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL, STORE: C_BOOL):  # fmt: skip
+    """_load_row_tile of s = x + r (stored to s_out as it goes with STORE)."""
+    s0 = _add_piece(x, r, s_out, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA, STORE)
+    ss = _sum_sq(s0)
+    s1 = s0
+    s2 = s0
+    if W1 > 0:
+        s1 = _add_piece(x, r, s_out, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA, STORE)
+        ss = ss + _sum_sq(s1)
+    if W2 > 0:
+        s2 = _add_piece(x, r, s_out, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA, STORE)
+        ss = ss + _sum_sq(s2)
+    return s0, s1, s2, ss
+
+
+@ct.function
 def _tile(t, tiles_b):
     """(ia, ib) of row tile t."""
     return t // tiles_b, t % tiles_b
 
 
 @ct.kernel
-def rows_fwd(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
-             CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
-             TMA: C_BOOL):  # fmt: skip
-    """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise)."""
+def rows_fwd(x, r, w, y, s_out, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
+             W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL,
+             CHECK_N: C_BOOL, TMA: C_BOOL):  # fmt: skip
+    """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise). RESIDUAL
+    (the core kernels' RESIDUAL_*): NONE normalizes x (r and s_out are placeholders); ADD
+    normalizes s = x + r (an fp32 add rounded once to s_out's dtype) and stores it to s_out;
+    ADD_UNSTORED normalizes s without storing it (post-norm: s_out only names its dtype)."""
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+        if RESIDUAL == RESIDUAL_NONE:
+            x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+        else:
+            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA,
+                                           RESIDUAL == RESIDUAL_ADD)  # fmt: skip
         rstd = ct.rsqrt(ss / n + eps)
         _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype), c0)
         if W1 > 0:

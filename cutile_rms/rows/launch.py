@@ -19,8 +19,8 @@ from cutile_rms.rows.plan import RowsPlan, plan
 __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "arguments", "backward_values", "forward_values", "plan",
            "run_backward", "run_forward"]  # fmt: skip
 
-FORWARD_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2", "CASTING",
-                  "HAS_WEIGHT", "STORE_RSTD", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
+FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
+                  "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
 KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS)}
@@ -32,9 +32,10 @@ def _tile_values(p: RowsPlan) -> dict:
     return dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n, TMA=p.tma)
 
 
-def forward_values(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool) -> dict:
+def forward_values(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool,
+                   residual: int = CK.RESIDUAL_NONE) -> dict:  # fmt: skip
     """The forward kernel's compile-time constants for a plan."""
-    return dict(_tile_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd)
+    return dict(_tile_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd, RESIDUAL=residual)
 
 
 def backward_values(p: RowsPlan, has_weight: bool, round_xhat: bool) -> dict:
@@ -47,13 +48,18 @@ def arguments(op: str, values: dict) -> tuple:
     return tuple(values[name] for name in KERNELS[op][1])
 
 
-def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream) -> None:
+def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream,
+                residual=None, s=None, s_dtype_like=None) -> None:  # fmt: skip
     """y = rms_norm(x) * (offset + weight); rstd stored unless it is None. device: the
-    _device.DeviceInfo the plan was made for (unused: the plan holds what it needs)."""
+    _device.DeviceInfo the plan was made for (unused: the plan holds what it needs). With a
+    residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
+    not stored, and s_dtype_like, any array of the sum's dtype, names it."""
     has_weight = weight is not None
-    values = forward_values(p, casting, has_weight, rstd is not None)
-    values.update(x=x, w=weight if has_weight else x, y=y, rstd_out=y if rstd is None else rstd, eps=float(eps),
-                  offset=float(offset))  # fmt: skip
+    code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
+    values = forward_values(p, casting, has_weight, rstd is not None, code)
+    values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,
+                  s_out=s if s is not None else (s_dtype_like if residual is not None else x),
+                  rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
     launch(stream, (p.grid,), _VARIANTS["forward"][p.hints], arguments("forward", values))
 
 

@@ -28,7 +28,18 @@ import cuda.tile as ct
 
 from cutile_rms._launch import experimental_kernel
 from cutile_rms.rmsnorm.kernels import _normalize, _weight_row
-from cutile_rms.rows.kernels import _load, _load_row_tile, _pieces, _store, _sum_sq, _tile, _weight, _weights
+from cutile_rms.rows.kernels import (
+    _add_piece,
+    _add_row_tile,
+    _load,
+    _load_row_tile,
+    _pieces,
+    _store,
+    _sum_sq,
+    _tile,
+    _weight,
+    _weights,
+)
 
 ZERO = ct.PaddingMode.ZERO
 C_INT = ct.Constant[int]
@@ -99,32 +110,6 @@ def _static_scale(scale):
     return ct.reshape(ct.load(scale, (0,), (1,), allow_tma=False), (1, 1, 1))
 
 
-@ct.function
-def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
-    """s = x + r (fp32 add, one rounding to s_out's dtype) of one piece, stored to s_out."""
-    xf = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
-    st = ct.astype(xf + ct.astype(_load(r, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32), s_out.dtype)
-    _store(s_out, ia, ib, j, st, CHECK)
-    return st
-
-
-@ct.function
-def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
-                  C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL):  # fmt: skip
-    """_load_row_tile of s = x + r (stored to s_out as it goes)."""
-    s0 = _add_piece(x, r, s_out, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA)
-    ss = _sum_sq(s0)
-    s1 = s0
-    s2 = s0
-    if W1 > 0:
-        s1 = _add_piece(x, r, s_out, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA)
-        ss = ss + _sum_sq(s1)
-    if W2 > 0:
-        s2 = _add_piece(x, r, s_out, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA)
-        ss = ss + _sum_sq(s2)
-    return s0, s1, s2, ss
-
-
 @experimental_kernel
 @ct.kernel
 def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
@@ -146,7 +131,8 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
         if ADD_RESIDUAL:
-            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA,
+                                           True)  # fmt: skip
         else:
             x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
         rstd = ct.rsqrt(ss / n + eps)
@@ -204,7 +190,7 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
         ss = ct.zeros((1, 1, 1), dtype=ct.float32)
         for j in range(chunks):
             if ADD_RESIDUAL:
-                ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, False))
+                ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, False, True))
             else:
                 ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, False))
         rstd = ct.rsqrt(ss / n + eps)

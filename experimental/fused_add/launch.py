@@ -1,6 +1,9 @@
 """Framework-free launchers for the fused residual-add RMSNorm kernels: DLPack arrays plus a
-stream, planned with the core RMSNorm tables (cutile_rms.rmsnorm.config). Absent optional
-arrays are replaced by placeholders that the kernels' compile-time flags never touch."""
+stream. The forward runs on the row-tile forward (cutile_rms.rows, its RESIDUAL flag) wherever
+the row-tile rules plan the row for both the stream's and the residual's element size (the plan
+of the larger); elsewhere, and in place, on the fused tile / chunked kernels planned with the core
+RMSNorm tables (cutile_rms.rmsnorm.config). Absent optional arrays are replaced by placeholders
+that the kernels' compile-time flags never touch."""
 
 from cutile_rms._launch import launch
 from cutile_rms.experimental.fused_add import kernels as K
@@ -8,6 +11,7 @@ from cutile_rms.rmsnorm import kernels as RK
 from cutile_rms.rmsnorm import signatures as S
 from cutile_rms.rmsnorm.config import ONLY_ARRAYS, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants, backward_kernel, backward_plan, forward_plan
+from cutile_rms.rows import launch as RL
 
 __all__ = ["run_fused_backward", "run_fused_forward", "run_fused_forward_inplace"]
 
@@ -68,13 +72,37 @@ def _forward(flavour, values, eps, offset, casting, mode, device, stream, residu
     launch(stream, (plan.grid,), _VARIANTS[name][plan.hints], arguments(name, values))
 
 
+def _rows_plan(x, r, s_like, mode, device):
+    """The row-tile forward's plan for the fused forward of (m, n) arrays x and r whose sum has
+    s_like's dtype, or None (mode forces a core kernel, or the rules leave the row to the core
+    kernels for one of the element sizes). The tile is planned on the 4-byte register line
+    whatever the dtypes, as its threads hold x's and r's loads and the sum: with the plan of the
+    larger element size, bf16 tiles with a residual spilled (SASS, sm_90, tileiras 13.4: 128 as
+    64 x 128, 40 bytes a thread; 3584 as 4 x 4096, 16); on the 4-byte line 128, 1536, 3584, 4096
+    and 18432 compile clean and 5376 spills 8 bytes (bench/NOTES.md, session 14)."""
+    if mode not in (None, "rows"):
+        return None
+    m, n = x.shape
+    if any(RL.plan("forward", m, 1, n, es, device.num_sms) is None for es in {x.itemsize, r.itemsize, s_like.itemsize}):
+        return None
+    return RL.plan("forward", m, 1, n, 4, device.num_sms)
+
+
 def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream, s_dtype_like=None):
     """s = x + r (in s's dtype) and y = rms_norm(s) * (offset + weight) for (m, n) arrays
     (m > 0); rstd (m,) fp32 is stored unless it is None. s None (post-norm inference, rstd
     None too): s is not stored, and s_dtype_like, any array of the sum's dtype, names it."""
+    if s is None and rstd is not None:
+        raise ValueError("a forward that stores rstd stores s too (the backward reads it)")
+    p = _rows_plan(x, r, s if s is not None else s_dtype_like, mode, device)
+    if p is not None:
+        m, n = x.shape
+        v3 = lambda a: a.reshape(m, 1, n)  # noqa: E731  (torch and CuPy arrays alike)
+        like = None if s is not None else s_dtype_like.reshape(1, 1, -1)
+        RL.run_forward(p, v3(x), weight, v3(y), None if rstd is None else rstd.reshape(m, 1), eps, offset, casting,
+                       device, stream, residual=v3(r), s=None if s is None else v3(s), s_dtype_like=like)  # fmt: skip
+        return
     if s is None:
-        if rstd is not None:
-            raise ValueError("a forward that stores rstd stores s too (the backward reads it)")
         values = dict(x=x, r=r, w=weight, y=y, s_out=s_dtype_like)
         _forward("infer", values, eps, offset, casting, mode, device, stream, RK.RESIDUAL_ADD_UNSTORED)
     elif rstd is None:
