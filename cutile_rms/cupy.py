@@ -21,6 +21,7 @@ from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 from cutile_rms.rows import launch as RL
+from cutile_rms.rows.plan import backward_by_default
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_fp8"]
 
@@ -175,10 +176,16 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
                 return xp.empty(shape, dtype=np.float32)
 
             r = xp.ascontiguousarray(rstd.reshape(m))
-            run_backward(
-                x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info, target.stream,
-                int64=_int64(xp), as_words=_as_words,
-            )  # fmt: skip
+            if backward_by_default(n, x.itemsize):  # as the torch API: the same kernel, the same bits
+                p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms)
+                RL.run_backward(p, x2.reshape(m, 1, n), dy2.reshape(m, 1, n), _unit(xp, weight), r.reshape(m, 1),
+                                dx.reshape(m, 1, n), dw, float(offset), casting, empty_f32, target.info,
+                                target.stream)  # fmt: skip
+            else:
+                run_backward(
+                    x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info,
+                    target.stream, int64=_int64(xp), as_words=_as_words,
+                )  # fmt: skip
         elif dw is not None:
             dw[...] = 0  # the sum over no rows
     return dx.reshape(x.shape), dw

@@ -1,4 +1,4 @@
-"""The row-tile kernels (cutile_rms.rows: the default forward, the experimental backward), on
+"""The row-tile kernels (cutile_rms.rows: the default forward, and the backward of short rows), on
 the GPU and through the interpreter: every output (y, rstd, dx, dw) against float64, NaN-poisoned before the launch, on
 odd row counts, row lengths that take two or three pieces or overhang their pieces, short rows
 many to a tile, and head views of a fused QKV projection read in place."""
@@ -15,8 +15,6 @@ from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import MAX_ROW_ELEMS, backward_by_default, pieces, plan
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
-
-pytestmark = pytest.mark.experimental
 
 EPS = 1e-6
 SMS = 132
@@ -256,8 +254,8 @@ def test_default_forward_is_the_row_tile_forward(monkeypatch):
 
 def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
     """mode None: the row-tile backward on power-of-two rows of 128-512 bytes (a QK-norm head
-    view read in place), the core backward on longer rows, shorter rows, other lengths, and
-    when dx is written over dy."""
+    view read in place; in place too, with the out-of-place bits), the core backward on longer
+    rows, shorter rows and other lengths."""
     from cutile_rms.rmsnorm import torch_impl
 
     assert [backward_by_default(n, 2) for n in (32, 64, 96, 128, 256, 512)] == [False, True, False, True, True, False]
@@ -283,6 +281,9 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
             rms_norm(x, None, EPS).sum().backward()
             assert calls == ["core"], n
         calls.clear()
-        x, dy, _ = make_inputs((5, 128), torch.float32, "cpu", has_weight=False)
-        dx2, _ = rms_norm_backward(x, dy, None, rms_norm_forward(x, None, EPS)[1], in_place=True)
-        assert calls == ["core"] and dx2.data_ptr() == dy.data_ptr()
+        x, dy, w = make_inputs((5, 128), torch.float32, "cpu")
+        rstd = rms_norm_forward(x, w, EPS)[1]
+        dx1, dw1 = rms_norm_backward(x, dy, w, rstd)
+        dx2, dw2 = rms_norm_backward(x, dy, w, rstd, in_place=True)
+        assert calls == ["rows", "rows"] and dx2.data_ptr() == dy.data_ptr()
+        assert torch.equal(dx1, dx2) and torch.equal(dw1, dw2)

@@ -224,7 +224,7 @@ class _GradientFrom(torch.autograd.Function):
         return buf, None
 
 
-@pytest.mark.parametrize("shape", [(33, 1000), (5, 20000)], ids=["tile-bwd", "chunked-bwd"])
+@pytest.mark.parametrize("shape", [(33, 1000), (5, 20000), (33, 4, 128)], ids=["tile-bwd", "chunked-bwd", "rows-bwd"])
 def test_in_place_backward_writes_dx_into_dy(dev, shape, gen):
     """dx lands in the incoming gradient's memory and equals the out-of-place dx bitwise."""
     x, dy, w = make_inputs(shape, torch.bfloat16, dev, generator=gen)

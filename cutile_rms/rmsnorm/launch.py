@@ -48,8 +48,8 @@ CASTING_MODES = {"llama": K.CAST_LLAMA, "gemma": K.CAST_GEMMA, "none": K.CAST_NO
 class HintVariants:
     """One kernel's objects by compiler hints: ``variants[occupancy, warps]``. Each object is
     made on first use and kept (each replace_hints() object has its own JIT cache); the keys
-    are bounded by occupancies 1..max(config.OCCUPANCIES) x config.WARPS (the row-tile planner
-    may hint any block count up to the largest)."""
+    are bounded by occupancies 1..max(config.OCCUPANCIES) x config.WARPS: the planners hint
+    powers of two, probes (bench.probes.rows_probe) any block count up to the largest."""
 
     def __init__(self, kernel):
         self.kernel = kernel

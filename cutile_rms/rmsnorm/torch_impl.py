@@ -274,9 +274,10 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
-    that ``backward_by_default`` names (short power-of-two rows, unless dx is written over dy),
-    "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
-    default = mode is None and dx_out is None and backward_by_default(x.shape[-1], x.element_size())
+    that ``backward_by_default`` names (short power-of-two rows; in place too, so that dx and dw
+    have the out-of-place bits: each row tile reads its dy before it writes dx there, as the core
+    tile kernels do), "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
+    default = mode is None and backward_by_default(x.shape[-1], x.element_size())
     if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out)
         if done is not None:

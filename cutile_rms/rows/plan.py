@@ -6,8 +6,10 @@ a grid and compiler hints. Pure Python, no GPU; ``plan(...)`` shows a reader the
 The forward's constants come from two H200 probes of session 12 (``python -m bench.probes.rows_probe``:
 the 525 spill-free candidates of rows_candidates.json, then 204 more around the lengths the
 first rules got wrong; each timed by graph replay beside the copy ceiling of the same run;
-bench/results/h200/ab/s12*-rows-probe-*.csv, bench/NOTES.md). The backward's are still the
-first choices read from the SASS (session 11); its kernel stays experimental.
+bench/results/h200/ab/s12*-rows-probe-*.csv, bench/NOTES.md); session 14 changed the masked
+tiles' rule. The backward's are still the first choices read from the SASS (session 11); it runs
+by default on the short rows that ``backward_by_default`` names (session 14's comparison with
+the core backward), elsewhere only with ``mode="rows"``.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
   warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
@@ -186,9 +188,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
     masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
+    auto = tile_rows is None and warps is None and occupancy is None
     warps = warps or (8 if rows * width > WIDE_TILE[op] and (op == "forward" or rows == 1) else 4)
     need = _need(op, elem_size, width, rows, warps)
-    if masked and tile_rows is None and occupancy is None and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
+    if masked and auto and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
         rows, warps = 2 * rows, 8  # masked multi-row tiles: 32 warps per SM within 64 registers (see above)
         need = _need(op, elem_size, width, rows, warps)
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows

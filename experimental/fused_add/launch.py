@@ -1,9 +1,9 @@
 """Framework-free launchers for the fused residual-add RMSNorm kernels: DLPack arrays plus a
 stream. The forward runs on the row-tile forward (cutile_rms.rows, its RESIDUAL flag) wherever
-the row-tile rules plan the row for both the stream's and the residual's element size (the plan
-of the larger); elsewhere, and in place, on the fused tile / chunked kernels planned with the core
-RMSNorm tables (cutile_rms.rmsnorm.config). Absent optional arrays are replaced by placeholders
-that the kernels' compile-time flags never touch."""
+the row-tile rules plan the row for each element size involved (stream, residual, sum), on the
+plan of 4-byte elements (_rows_plan); elsewhere, and in place, on the fused tile / chunked
+kernels planned with the core RMSNorm tables (cutile_rms.rmsnorm.config). Absent optional
+arrays are replaced by placeholders that the kernels' compile-time flags never touch."""
 
 from cutile_rms._launch import launch
 from cutile_rms.experimental.fused_add import kernels as K
@@ -94,11 +94,13 @@ def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, devi
     None too): s is not stored, and s_dtype_like, any array of the sum's dtype, names it."""
     if s is None and rstd is not None:
         raise ValueError("a forward that stores rstd stores s too (the backward reads it)")
+    if s is None and s_dtype_like is None:
+        raise ValueError("a forward that does not store s needs s_dtype_like, an array of the sum's dtype")
     p = _rows_plan(x, r, s if s is not None else s_dtype_like, mode, device)
     if p is not None:
         m, n = x.shape
         v3 = lambda a: a.reshape(m, 1, n)  # noqa: E731  (torch and CuPy arrays alike)
-        like = None if s is not None else s_dtype_like.reshape(1, 1, -1)
+        like = None if s is not None else s_dtype_like[:1, :1].reshape(1, 1, 1)  # a view: only its dtype is read
         RL.run_forward(p, v3(x), weight, v3(y), None if rstd is None else rstd.reshape(m, 1), eps, offset, casting,
                        device, stream, residual=v3(r), s=None if s is None else v3(s), s_dtype_like=like)  # fmt: skip
         return
