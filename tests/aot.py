@@ -368,6 +368,9 @@ def _rows_jobs(add):
             _rows_job(add, "flags", "backward", rep["backward"], x, w, casting)
     for op in ("forward", "backward"):
         _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), "bfloat16", "bfloat16", b_one=False)
+        # head dim 96 of a fused QKV view (torch_impl: plan.short_view_rows)
+        p96 = plan(op, 4096, 32, 96, 2, 132, any_length=True, persistent=True)
+        _rows_job(add, "short view", op, p96, "bfloat16", "bfloat16", b_one=False)
     # The fused residual add on row tiles (experimental/fused_add, planned on the 4-byte line):
     # each residual flavour at a one-piece and a two-piece plan, each stream / residual dtype pair
     # at one flavour.

@@ -287,3 +287,37 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
         dx2, dw2 = rms_norm_backward(x, dy, w, rstd, in_place=True)
         assert calls == ["rows", "rows"] and dx2.data_ptr() == dy.data_ptr()
         assert torch.equal(dx1, dx2) and torch.equal(dw1, dw2)
+
+
+def test_short_rows_of_a_copied_view_take_the_row_tiles(monkeypatch, gen):
+    """mode None: a QK-norm head view of a fused QKV projection whose head dim the row-tile
+    rules leave to the core kernels (bf16 96: short, not a power of two) runs on row tiles,
+    forward and backward, read in place instead of copied; the same rows contiguous run the
+    core kernels."""
+    from cutile_rms.rmsnorm import torch_impl
+
+    calls = []
+    for name in ("run_forward", "run_backward"):
+        real = getattr(RL, name)
+        monkeypatch.setattr(
+            RL, name, lambda *a, real=real, name=name, **k: calls.append("rows_" + name) or real(*a, **k)
+        )
+        core = getattr(torch_impl, name)
+        monkeypatch.setattr(torch_impl, name, lambda *a, core=core, name=name, **k: calls.append(name) or core(*a, **k))
+    bsz, seq, heads, hd = 2, 3, 4, 96
+    with interpret.interpreting():
+        qkv = torch.randn(bsz, seq, 3 * heads * hd, generator=gen).to(torch.bfloat16).requires_grad_()
+        w = (1 + 0.1 * torch.randn(hd, generator=gen)).to(torch.bfloat16).requires_grad_()
+        q = qkv[..., : heads * hd].view(bsz, seq, heads, hd)
+        y = rms_norm(q, w, EPS)
+        dy = torch.randn(y.shape, generator=gen).to(torch.bfloat16)
+        dqkv, dw = torch.autograd.grad(y, [qkv, w], dy)
+        assert calls == ["rows_run_forward", "rows_run_backward"]
+        yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
+        tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
+        check_all({"y": y, "dx": dqkv[..., : heads * hd].reshape(q.shape), "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr},
+                  tols)  # fmt: skip
+        calls.clear()
+        x = q.detach().contiguous().requires_grad_()
+        rms_norm(x, w, EPS).sum().backward()
+        assert calls == ["run_forward", "run_backward"]

@@ -14,7 +14,7 @@ from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import backward_by_default
+from cutile_rms.rows.plan import backward_by_default, short_view_rows
 from cutile_rms.rows.plan import plan as rows_plan
 
 __all__ = [
@@ -196,17 +196,28 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
         return t.contiguous().view(a, b, t.shape[-1])
 
 
+def _copied_view(x: torch.Tensor) -> bool:
+    """Whether x's rows form two groups of leading dims (a QK-norm head view of a fused QKV
+    projection): read in place by the row tiles, copied by the core kernels (rows_view)."""
+    groups = row_groups(x)
+    return groups is not None and groups[1] > 1
+
+
 def _rows_plan(op: str, x: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
-    needed). A plan of None with rows: the rules leave them to the core kernels."""
+    needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
+    a view the core kernels would copy take the row tiles anyway (plan.short_view_rows)."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
-    n = x.shape[-1]
+    n, es = x.shape[-1], x.element_size()
     if a * b == 0:
         return None, a, b, n
     index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
     info = INTERPRET_DEVICE if index < 0 else device_info(index)
-    return rows_plan(op, a, b, n, x.element_size(), info.num_sms), a, b, n
+    p = rows_plan(op, a, b, n, es, info.num_sms)
+    if p is None and b > 1 and short_view_rows(n, es):
+        p = rows_plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
+    return p, a, b, n
 
 
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
@@ -274,10 +285,12 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
-    that ``backward_by_default`` names (short power-of-two rows; in place too, so that dx and dw
+    that ``backward_by_default`` names (short power-of-two rows, and the short rows of a view the
+    core kernels would copy: plan.short_view_rows; in place too, so that dx and dw
     have the out-of-place bits: each row tile reads its dy before it writes dx there, as the core
     tile kernels do), "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
-    default = mode is None and backward_by_default(x.shape[-1], x.element_size())
+    n, es = x.shape[-1], x.element_size()
+    default = mode is None and (backward_by_default(n, es) or (short_view_rows(n, es) and _copied_view(x)))
     if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out)
         if done is not None:

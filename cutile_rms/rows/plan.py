@@ -75,7 +75,7 @@ whether a tile can overhang A, neither of which changes a row's arithmetic.
 import functools
 from dataclasses import dataclass
 
-__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan"]
+__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan", "short_view_rows"]
 
 OPS = ("forward", "backward")
 MAX_PIECES = 3
@@ -151,6 +151,17 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     also read a head view of a fused QKV projection in place, where the core kernels copy it."""
     lo, hi = DEFAULT_BACKWARD_BYTES
     return n & (n - 1) == 0 and lo <= n * elem_size <= hi
+
+
+def short_view_rows(n: int, elem_size: int) -> bool:
+    """Whether the row tiles take rows of n elements in a view that the core kernels would copy
+    (leading dims that merge into two groups, not one: a QK-norm head view of a fused QKV
+    projection) even where plan() would leave them to the core kernels: rows of at most
+    WARP_ROW_BYTES, 16-bit ones a multiple of VECTOR_ELEMS (e.g. head dims 96 and 192). The copy
+    of x (and dy) costs two more passes over each: on contiguous rows the row tiles tied the core
+    backward at bf16 192 (231.8 vs 231.9 us) and ran the forward at 96 in 76.1 us (persistent
+    64 x (64 + 32)) against the core's 81.1, before any copy (session 14)."""
+    return n * elem_size <= WARP_ROW_BYTES and (elem_size >= 4 or n % VECTOR_ELEMS == 0)
 
 
 def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
