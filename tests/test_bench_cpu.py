@@ -277,3 +277,19 @@ def read_csv_after(main, argv, out):
     with interpret.interpreting():
         assert main(argv) == 0
     return read_csv(out / "results.csv")
+
+
+def test_host_bench_runs_without_gpu(tmp_path):
+    """python -m bench.host writes one row per provider and op with the documented columns
+    (on the CPU: the interpreter, a smoke test, not a measurement)."""
+    import csv
+
+    from bench import host
+
+    assert host.main(["--shapes", "2x64", "--calls", "1", "--provider", "cutile_rms", "torch", "--out",
+                      str(tmp_path)]) == 0  # fmt: skip
+    with open(tmp_path / "host.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["provider"], r["op"]) for r in rows] == [(p, o) for p in ("cutile_rms", "torch") for o in host.OPS]
+    assert all(float(r["host_us"]) > 0 and r["M"] == "2" and r["N"] == "64" for r in rows)
+    assert rows[0]["command"].startswith("python -m bench.host --shapes 2x64")
