@@ -83,6 +83,10 @@ def parser() -> argparse.ArgumentParser:
         metavar="TIMING",
         help="graph (kernel time, CUDA-graph replay) and/or eager (a Python call, host time included)",
     )
+    ap.add_argument("--qkv-heads", type=int, default=None, metavar="H",
+                    help="x as QK-norm runs it: the (M / H, H, N) head view of a fused QKV projection "
+                         "(rows of 3 x H x N, x its first H x N); M must be a multiple of H (default: contiguous "
+                         "(M, N))")  # fmt: skip
     ap.add_argument("--out", default="bench/results/latest", help="output directory")
     ap.add_argument("--no-plots", action="store_true", help="write no PNG plots (default: plots under OUT/plots)")
     ap.add_argument("--commit", default=None, help="commit to record (default: git rev-parse --short HEAD)")
@@ -136,8 +140,12 @@ def main(argv=None) -> int:
                 yield x
 
     shapes = args.shapes or [s for name in args.set for s in C.shape_set(name, args.seed)]
+    if args.qkv_heads is not None:
+        bad = [f"{m}x{n}" for m, n, _ in shapes if args.qkv_heads < 1 or m % args.qkv_heads]
+        if bad:
+            ap.error(f"--qkv-heads {args.qkv_heads} must be positive and divide M; it does not for {' '.join(bad)}")
     results = run(shapes, args.dtype, args.variant, args.op, args.provider, tuple(args.timing), progress, args.commit,
-                  device)  # fmt: skip
+                  device, qkv_heads=args.qkv_heads)  # fmt: skip
     command = "python -m bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(write_results(args.out, results, command)[1])
     csv_path = os.path.join(args.out, "results.csv")

@@ -35,7 +35,8 @@ def _rel(a, b):
 
 
 def check(provider, x, w, dy, variant):
-    """None if the provider's y, dx, dw are within CHECK_RTOL of float64, else a message."""
+    """None if the provider's y, dx, dw are within CHECK_RTOL of float64, else a message (on
+    a contiguous copy of x: the layouts themselves are the unit tests' business)."""
     pw, off, casting = variant_args(provider, variant, w)
     xg = x.detach().clone().requires_grad_()
     y = provider.fn(xg, pw, off, casting)
@@ -77,6 +78,14 @@ def make_calls(provider, op, sets, variant):
     return calls
 
 
+def qkv_view(rnd, m: int, n: int, heads: int):
+    """x as QK-norm reads it: the (m / heads, heads, n) view of the first heads x n columns of a
+    fused QKV projection's (m / heads, 3 x heads x n) output, which requires grad (x does not own
+    its memory: gradients reach it through the view)."""
+    qkv = rnd((m // heads, 3 * heads * n)).requires_grad_()
+    return qkv[:, : heads * n].view(m // heads, heads, n)
+
+
 def copy_ceiling_gbps(xs, dtype: str, on_gpu: bool) -> float:
     """The copy ceiling for inputs like xs: an elementwise kernel reading x and writing a tensor
     of x's size, timed as the providers are (graph replay over the same rotated sets)."""
@@ -84,7 +93,8 @@ def copy_ceiling_gbps(xs, dtype: str, on_gpu: bool) -> float:
     calls = [lambda x=x, o=o: torch.neg(x.detach(), out=o) for x, o in zip(xs, outs, strict=True)]
     est = T.eager_us(calls[:1], reps=3)
     us = T.graph_us(calls, est) if on_gpu else est
-    m, n = xs[0].shape
+    n = xs[0].shape[-1]
+    m = xs[0].numel() // n
     return C.copy_bytes(m, n, dtype) / (us * 1e-6) / 1e9
 
 
@@ -163,11 +173,13 @@ def case_rows(base, provs, ops, timings, copy_gbps: float, nsets: int, on_gpu: b
 
 
 def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "eager"), progress=None, sha=None,
-        device="cuda"):  # fmt: skip
+        device="cuda", qkv_heads=None):  # fmt: skip
     """Yield CSV rows (dicts). shapes: (M, N, label) triples, e.g. from cases.shape_set().
 
     device="cpu" runs cutile_rms through the cuTile interpreter (interpret mode must be on):
-    eager timing only, and providers that need a GPU are reported as missing.
+    eager timing only, and providers that need a GPU are reported as missing. qkv_heads H: x is
+    the (M / H, H, N) head view of a fused QKV projection (qkv_view), dy contiguous of its shape;
+    the label says so.
     """
     on_gpu, gpu, timings, stamp, sha = run_context(device, timings, sha)
     reps = 7 if on_gpu else 3  # the interpreter is slow and its timings only indicative
@@ -176,6 +188,8 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
     for dtype, m, n, label, variant in progress(work) if progress else work:
         tdt = DTYPES[dtype]
         has_w = variant != "noweight"
+        if qkv_heads:
+            label = f"{label} qkv view, {qkv_heads} heads".strip()
         base = dict(variant=variant, dtype=dtype, M=m, N=n, gpu=gpu, commit=sha, timestamp=stamp, label=label)
         nsets = T.num_sets(C.op_bytes("fwd", m, n, dtype, has_w))
         gen = torch.Generator(device=device).manual_seed(1234 + m + n)
@@ -185,11 +199,11 @@ def run(shapes, dtypes, variants, ops, provider_names=None, timings=("graph", "e
 
         sets = []
         for _ in range(nsets):
-            x = rnd((m, n)).requires_grad_()
+            x = qkv_view(rnd, m, n, qkv_heads) if qkv_heads else rnd((m, n)).requires_grad_()
             w = (1.0 + 0.1 * rnd((n,)).float()).to(tdt).requires_grad_() if has_w else None
             if variant == "gemma" and w is not None:
                 w = (0.1 * rnd((n,)).float()).to(tdt).requires_grad_()
-            sets.append((x, w, rnd((m, n))))
+            sets.append((x, w, rnd(x.shape)))
         copy_gbps = copy_ceiling_gbps([s[0] for s in sets], dtype, on_gpu)
         yield from case_rows(
             base, providers, ops, timings, copy_gbps, nsets, on_gpu, reps,

@@ -293,3 +293,20 @@ def test_host_bench_runs_without_gpu(tmp_path):
     assert [(r["provider"], r["op"]) for r in rows] == [(p, o) for p in ("cutile_rms", "torch") for o in host.OPS]
     assert all(float(r["host_us"]) > 0 and r["M"] == "2" and r["N"] == "64" for r in rows)
     assert rows[0]["command"].startswith("python -m bench.host --shapes 2x64")
+
+
+def test_main_job_on_qkv_views_without_gpu(tmp_path):
+    """--qkv-heads H: every provider gets the (M / H, H, N) head view of a fused QKV projection,
+    checked against float64 like any input; the label says so; M must be a multiple of H."""
+    import csv
+
+    from bench.__main__ import main
+
+    out = tmp_path / "qkv"
+    assert main(["--shapes", "24x64", "--qkv-heads", "4", "--op", "fwd", "bwd", "--provider", "cutile_rms", "torch",
+                 "--no-plots", "--out", str(out)]) == 0  # fmt: skip
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["status"] == "ok" and "qkv view, 4 heads" in r["label"] for r in rows)
+    with pytest.raises(SystemExit):
+        main(["--shapes", "25x64", "--qkv-heads", "4", "--out", str(out)])
