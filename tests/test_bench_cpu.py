@@ -296,8 +296,8 @@ def test_host_bench_runs_without_gpu(tmp_path):
 
 
 def test_main_job_on_qkv_views_without_gpu(tmp_path):
-    """--qkv-heads H: every provider gets the (M / H, H, N) head view of a fused QKV projection,
-    checked against float64 like any input; the label says so; M must be a multiple of H."""
+    """--qkv-heads H: every provider is timed on the (M / H, H, N) head view of a fused QKV
+    projection (after the usual float64 check); the label says so; M must be a multiple of H."""
     import csv
 
     from bench.__main__ import main
