@@ -196,13 +196,6 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
         return t.contiguous().view(a, b, t.shape[-1])
 
 
-def _copied_view(x: torch.Tensor) -> bool:
-    """Whether x's rows form two groups of leading dims (a QK-norm head view of a fused QKV
-    projection): read in place by the row tiles, copied by the core kernels (rows_view)."""
-    groups = row_groups(x)
-    return groups is not None and groups[1] > 1
-
-
 def _rows_plan(op: str, x: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
@@ -235,11 +228,14 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     return y, rstd
 
 
-def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out):
+def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
     """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
-    plan."""
+    plan; with default (mode None) only for the rows the default backward gives them: those
+    backward_by_default names, and the short rows of a view (B > 1) that the core would copy."""
     p, a, b, n = _rows_plan("backward", x)
     if p is None and a * b:
+        return None
+    if default and not (backward_by_default(n, x.element_size()) or b > 1):
         return None
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
@@ -290,9 +286,9 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     have the out-of-place bits: each row tile reads its dy before it writes dx there, as the core
     tile kernels do), "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
     n, es = x.shape[-1], x.element_size()
-    default = mode is None and (backward_by_default(n, es) or (short_view_rows(n, es) and _copied_view(x)))
+    default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
     if mode == "rows" or default:
-        done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out)
+        done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default)
         if done is not None:
             return done
     n = x.shape[-1]

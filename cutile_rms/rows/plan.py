@@ -144,7 +144,8 @@ class RowsPlan:
 
 def backward_by_default(n: int, elem_size: int) -> bool:
     """Whether a call without a mode runs the row-tile backward for rows of n elements: rows of a
-    power-of-two length of DEFAULT_BACKWARD_BYTES (each reduced within one warp, no block barrier).
+    power-of-two length of DEFAULT_BACKWARD_BYTES (each reduced within one warp; why they win is
+    not yet profiled: ncu showed the core backward at 255 registers, 9% occupancy, at 128).
     Session 14 (H200, graph replay, one run, row-tile vs core backward): bf16 64 127.4 vs 128.6 us,
     128 128.7 vs 162.5, 256 130.6 vs 174.0; fp32 64 212.3 vs 225.1. Longer rows lose: bf16 512
     153.8 vs 112.7, 1024 152.5 vs 104.4, 4096 108.6 vs 105.4; fp32 192-4096 by 4-11%. The row tiles
