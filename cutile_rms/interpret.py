@@ -295,13 +295,15 @@ def _to_numpy(obj) -> np.ndarray:
 
         if obj.device.type != "cpu":
             raise InterpreterError(f"the interpreter runs on CPU tensors; got one on {obj.device}")
+        # Through DLPack, not Tensor.numpy(): .numpy() marks the tensor's storage as not
+        # resizable, and FSDP2 frees its unsharded parameters by resizing their storage to 0.
         t = obj.detach()
         if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy().view(_np_dtype(ct.bfloat16))
+            return np.from_dlpack(t.view(torch.int16)).view(_np_dtype(ct.bfloat16))
         if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # NumPy has no FP8: ml_dtypes' views
             fp8 = ct.float8_e4m3fn if t.dtype == torch.float8_e4m3fn else ct.float8_e5m2
-            return t.view(torch.int8).numpy().view(_np_dtype(fp8))
-        return t.numpy()
+            return np.from_dlpack(t.view(torch.int8)).view(_np_dtype(fp8))
+        return np.from_dlpack(t)
     if hasattr(obj, "__dlpack__"):
         return np.from_dlpack(obj)
     raise InterpreterError(f"cannot pass a {type(obj).__name__} to an interpreted kernel")
