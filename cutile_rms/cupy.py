@@ -176,8 +176,10 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
                 return xp.empty(shape, dtype=np.float32)
 
             r = xp.ascontiguousarray(rstd.reshape(m))
-            if backward_by_default(n, x.itemsize):  # as the torch API: the same kernel, the same bits
+            p = None
+            if backward_by_default(n, x.itemsize):
                 p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms)
+            if p is not None:  # as the torch API: the same kernel, the same bits
                 RL.run_backward(p, x2.reshape(m, 1, n), dy2.reshape(m, 1, n), _unit(xp, weight), r.reshape(m, 1),
                                 dx.reshape(m, 1, n), dw, float(offset), casting, empty_f32, target.info,
                                 target.stream)  # fmt: skip

@@ -13,7 +13,7 @@ from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import MAX_ROW_ELEMS, backward_by_default, pieces, plan
+from cutile_rms.rows.plan import MAX_ROW_ELEMS, backward_by_default, pieces, plan, unaligned
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 EPS = 1e-6
@@ -202,7 +202,7 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [128, 3072, 4096, 5376])
+@pytest.mark.parametrize("n", [128, 133, 510, 2265, 3072, 4096, 5376])
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece)."""
@@ -287,6 +287,41 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
         dx2, dw2 = rms_norm_backward(x, dy, w, rstd, in_place=True)
         assert calls == ["rows", "rows"] and dx2.data_ptr() == dy.data_ptr()
         assert torch.equal(dx1, dx2) and torch.equal(dw1, dw2)
+
+
+def test_unaligned_rows_take_the_row_tiles():
+    """Rows not a multiple of 16 bytes long (which the core kernels' TMA tiles cannot load) get
+    a row-tile plan forward and backward, whatever A (batch invariance); short 4-byte ones as
+    one padded piece; rows that are a multiple of 16 bytes keep the earlier rules."""
+    for n, es in ((133, 2), (510, 2), (2265, 2), (8686, 2), (74, 4), (133, 4), (2265, 4)):
+        assert unaligned(n, es) and backward_by_default(n, es), (n, es)
+        plans = {plan("forward", a, 1, n, es, SMS).widths for a in (1, 7, 4099, 100000)}
+        assert len(plans) == 1 and None not in plans, (n, es, plans)
+        if n <= 8192:
+            assert plan("backward", 9, 1, n, es, SMS) is not None, (n, es)
+    assert plan("forward", 9, 1, 133, 4, SMS).widths == (256, 0, 0)
+    assert plan("forward", 9, 1, 74, 2, SMS).widths == (64, 8, 2)  # 16-bit: the pieces, as measured
+    for n, es in ((40, 2), (96, 2), (292, 4), (4096, 2)):
+        assert not unaligned(n, es), (n, es)
+    assert plan("forward", 9, 1, 40, 2, SMS) is None  # 80 bytes: a multiple of 16, left to the core
+
+
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 133), (torch.float16, 510), (torch.float32, 74)], ids=str)
+def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n, gen):
+    """The public API (mode None) sends unaligned rows to the row-tile forward and backward, and
+    their results match the float64 reference (odd M)."""
+    calls = []
+    for name in ("run_forward", "run_backward"):
+        real = getattr(RL, name)
+        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    with interpret.interpreting():
+        x, dy, w = make_inputs((37, n), dtype, "cpu", generator=gen)
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = rms_norm(xg, wg, EPS)
+        dx, dw = torch.autograd.grad(y, [xg, wg], dy)
+    assert calls == ["run_forward", "run_backward"]
+    yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"y": y, "dx": dx, "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tolerances(dtype, dtype, "llama"))
 
 
 def test_short_rows_of_a_copied_view_take_the_row_tiles(monkeypatch, gen):

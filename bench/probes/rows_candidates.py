@@ -61,7 +61,7 @@ def params(c):
     p = plan_of(c)
     rows = array(dt, (m, 1, n))
     rstd = array(ct.float32, (m, 1))
-    values = dict(x=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd,
+    values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd,
                   dw_partial=array(ct.float32, (p.grid, n)), eps=F32, offset=F32)  # fmt: skip
     if c["op"] == "forward":
         values.update(RL.forward_values(p, K.CAST_LLAMA if dt != ct.float32 else K.CAST_GEMMA, True, True))

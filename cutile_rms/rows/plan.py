@@ -75,7 +75,7 @@ whether a tile can overhang A, neither of which changes a row's arithmetic.
 import functools
 from dataclasses import dataclass
 
-__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan", "short_view_rows"]
+__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan", "short_view_rows", "unaligned"]
 
 OPS = ("forward", "backward")
 MAX_PIECES = 3
@@ -95,6 +95,14 @@ MAX_BLOCKS_PER_SM = 8
 REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
 DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs on row tiles (measured range)
+# The core kernels load their tiles through TMA, whose global strides must be multiples of 16
+# bytes; a row whose byte length is not (bf16 510, fp32 133) leaves them on cuTile's element-wise
+# fallback: 2.8-12% of the copy ceiling on the H200 (session 15 probe, the random set of seed
+# 780467363: bf16 131586 x 510 forward 697 us, backward 2875; fp32 504578 x 133 349 / 627). The
+# row tiles' plain loads run those rows 1.0-13x faster, forward and backward, at every such
+# length measured (bf16 510 174 / 991 us, 2265 86 / 204; fp32 133 216 / 386; the same on rows
+# that are: fp32 292, 1168 bytes, 167-200 vs the core's 199 forward, but backward 310 vs 286).
+ALIGN_BYTES = 16
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -142,16 +150,23 @@ class RowsPlan:
         return (self.occupancy, self.warps)
 
 
+def unaligned(n: int, elem_size: int) -> bool:
+    """Whether rows of n elements are not a multiple of ALIGN_BYTES long: the core kernels'
+    TMA tiles cannot load them, the row tiles take them forward and backward (see above)."""
+    return n * elem_size % ALIGN_BYTES != 0
+
+
 def backward_by_default(n: int, elem_size: int) -> bool:
-    """Whether a call without a mode runs the row-tile backward for rows of n elements: rows of a
-    power-of-two length of DEFAULT_BACKWARD_BYTES (each reduced within one warp; why they win is
+    """Whether a call without a mode runs the row-tile backward for rows of n elements: rows that
+    are ``unaligned`` (where the row rules plan them: at most MAX_ROW_ELEMS["backward"]), and
+    rows of a power-of-two length of DEFAULT_BACKWARD_BYTES (each reduced within one warp; why they win is
     not yet profiled: ncu showed the core backward at 255 registers, 9% occupancy, at 128).
     Session 14 (H200, graph replay, one run, row-tile vs core backward): bf16 64 127.4 vs 128.6 us,
     128 128.7 vs 162.5, 256 130.6 vs 174.0; fp32 64 212.3 vs 225.1. Longer rows lose: bf16 512
     153.8 vs 112.7, 1024 152.5 vs 104.4, 4096 108.6 vs 105.4; fp32 192-4096 by 4-11%. The row tiles
     also read a head view of a fused QKV projection in place, where the core kernels copy it."""
     lo, hi = DEFAULT_BACKWARD_BYTES
-    return n & (n - 1) == 0 and lo <= n * elem_size <= hi
+    return unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi)
 
 
 def short_view_rows(n: int, elem_size: int) -> bool:
@@ -186,6 +201,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
+    if unaligned(n, elem_size):
+        any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
+        if elem_size >= 4 and short and max_pieces == MAX_PIECES:
+            max_pieces = 1  # one padded piece: fp32 133 216 us vs 349 as 128+4+1, 74 328 vs 461 (session 15)
     if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None
     ps = pieces(n, max_pieces, 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size)
