@@ -202,8 +202,9 @@ def _tp_compare(what, got, ref):
 
 
 def _tp_training(rank, world, device, seed):
-    """On each rank: the block under TP (and FSDP2 x TP on a (1, world) mesh) against the
-    single-device model with torch.nn.RMSNorm; prints one line per passed check."""
+    """On each rank: the block under TP, under torch.compile over TP and under FSDP2 x TP on a
+    (1, world) mesh, against the single-device model with torch.nn.RMSNorm; prints one line per
+    passed check."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -229,6 +230,12 @@ def _tp_training(rank, world, device, seed):
     tp = parallelize_module(ours(), mesh, _tp_plan())
     _tp_compare("TP", _tp_train(tp, batches), reference)
     print(f"rank {rank}: TP={world} with sequence parallel matches one device over {TP_STEPS} steps", flush=True)
+
+    compiled = torch.compile(parallelize_module(ours(), mesh, _tp_plan()))
+    losses, grads, params = _tp_train(compiled, batches)
+    unwrap = lambda d: {k.removeprefix("_orig_mod."): v for k, v in d.items()}  # noqa: E731
+    _tp_compare("torch.compile over TP", (losses, unwrap(grads), unwrap(params)), reference)
+    print(f"rank {rank}: torch.compile over TP={world} matches one device over {TP_STEPS} steps", flush=True)
 
     from torch.distributed.fsdp import fully_shard
 
@@ -300,3 +307,4 @@ def test_tp2_training_matches_one_gpu():
     assert out.returncode == 0, f"torchrun over 2 GPUs failed:\n{out.stdout[-6000:]}\n{out.stderr[-6000:]}"
     assert out.stdout.count("with sequence parallel matches one device") == 2
     assert out.stdout.count("FSDP2 x TP on a (1, 2) mesh matches") == 2
+    assert out.stdout.count("torch.compile over TP=2 matches") == 2
