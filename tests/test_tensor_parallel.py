@@ -145,6 +145,22 @@ class _Block(torch.nn.Module):
         return self.head(self.norm(h))
 
 
+class LlamaRMSNorm(torch.nn.Module):
+    """The Hugging Face Llama norm's computation under its class name, which patch_model
+    recognises (so that this test needs no transformers)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+        self.variance_epsilon = eps
+
+    def forward(self, h):
+        dtype = h.dtype
+        h = h.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(dtype)
+
+
 def _tp_plan():
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
@@ -202,9 +218,9 @@ def _tp_compare(what, got, ref):
 
 
 def _tp_training(rank, world, device, seed):
-    """On each rank: the block under TP, under torch.compile over TP and under FSDP2 x TP on a
-    (1, world) mesh, against the single-device model with torch.nn.RMSNorm; prints one line per
-    passed check."""
+    """On each rank: the block under TP, under torch.compile over TP, with Hugging Face-style
+    norms swapped by patch_model under TP, and under FSDP2 x TP on a (1, world) mesh, against the
+    single-device model with torch.nn.RMSNorm; prints one line per passed check."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -236,6 +252,15 @@ def _tp_training(rank, world, device, seed):
     unwrap = lambda d: {k.removeprefix("_orig_mod."): v for k, v in d.items()}  # noqa: E731
     _tp_compare("torch.compile over TP", (losses, unwrap(grads), unwrap(params)), reference)
     print(f"rank {rank}: torch.compile over TP={world} matches one device over {TP_STEPS} steps", flush=True)
+
+    from cutile_rms import patch_model
+
+    hf = _Block(lambda d: LlamaRMSNorm(d, EPS)).to(device)
+    hf.load_state_dict(state)
+    swapped = patch_model(hf)
+    assert len(swapped) == 3, swapped
+    _tp_compare("patch_model under TP", _tp_train(parallelize_module(hf, mesh, _tp_plan()), batches), reference)
+    print(f"rank {rank}: patch_model under TP={world} matches one device over {TP_STEPS} steps", flush=True)
 
     from torch.distributed.fsdp import fully_shard
 
@@ -308,3 +333,4 @@ def test_tp2_training_matches_one_gpu():
     assert out.stdout.count("with sequence parallel matches one device") == 2
     assert out.stdout.count("FSDP2 x TP on a (1, 2) mesh matches") == 2
     assert out.stdout.count("torch.compile over TP=2 matches") == 2
+    assert out.stdout.count("patch_model under TP=2 matches") == 2
