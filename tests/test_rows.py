@@ -22,7 +22,8 @@ SMS = 132
 
 def test_signatures_are_the_kernels():
     """The launchers' one spelling of each kernel's parameters is the kernel's own."""
-    for kernel, params in ((K.rows_fwd, RL.FORWARD_PARAMS), (K.rows_bwd, RL.BACKWARD_PARAMS)):
+    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_pairs} == {kernel for kernel, _ in RL.KERNELS.values()}
+    for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
 
 
@@ -171,6 +172,42 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
         out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, None if w is None else w.dtype, casting)
     )
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
+
+
+PAIR_CASES = [((37, 510), "one padded piece, odd M"), ((9, 2262), "two pieces"), ((3, 5, 74), "3-D, short rows")]
+
+
+@pytest.mark.parametrize("shape,what", PAIR_CASES, ids=[c[1] for c in PAIR_CASES])
+@pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS[:6], ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS[:6]])
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+@pytest.mark.experimental
+@pytest.mark.filterwarnings("ignore::cutile_rms.ExperimentalKernelWarning")
+def test_rows_forward_on_word_pairs(dev, shape, what, casting, dtype, has_weight, offset, gen):
+    """rows_fwd_pairs (experimental): 16-bit rows of even length read as int32 words, y and rstd
+    (NaN-poisoned first) against the float64 reference; x is left as it was."""
+    from cutile_rms.rmsnorm.launch import half_code
+
+    x, _, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0 = x.clone()
+    a, b = row_groups(x)
+    n = x.shape[-1]
+    y = nan_like(x.shape, dtype, dev)
+    rstd = nan_like(x.shape[:-1], torch.float32, dev)
+
+    def run(device, stream):
+        p = RL.pairs_plan(a, b, n, device.num_sms)
+        ww = None if w is None else w.view(torch.int32)
+        RL.run_forward_pairs(p, rows3(x, a, b).view(torch.int32), ww, y.view(a, b, n).view(torch.int32),
+                             rstd.view(a, b), EPS, offset, casting_code(casting, False), half_code(dtype), device,
+                             stream)  # fmt: skip
+
+    launch_on_device(x, run)
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    yr, rr, _, _ = rms_norm_ref_grads(x, torch.zeros_like(x), w, EPS, offset)
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, None if w is None else w.dtype, casting))
+    assert torch.equal(x, x0)
+    assert RL.pairs_plan(a, b, n + 1, SMS) is None  # odd lengths: no word view
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)

@@ -7,6 +7,12 @@ one line per shape (best of each provider).
 
     python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
+    ROWS_CANDIDATES=bench/probes/pairs_candidates.json python -m bench.probes.rows_probe
+
+A candidate with ``"pairs": true`` runs the experimental rows_fwd_pairs (16-bit rows of even
+length read as int32 words, its own plan: rows.launch.pairs_plan) beside the row tiles' rules
+on the same shape; pairs_candidates.json holds the random set's (seed 780467363) even lengths
+that are not a multiple of 16 bytes (bench/NOTES.md, session 15).
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then
@@ -53,11 +59,18 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     from cutile_rms._device import device_info
     from cutile_rms.rows import launch as RL
 
-    p = _plan(c, persistent)
     m, n = x.shape
     code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*)
     info = device_info(0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
+    if c.get("pairs"):  # rows_fwd_pairs: 16-bit rows of even length as int32 words, its own plan
+        from cutile_rms.rmsnorm.launch import half_code
+
+        p = RL.pairs_plan(m, 1, n, info.num_sms)
+        args = (p, x3.view(torch.int32), w.view(torch.int32), y3.view(torch.int32), r2, EPS, 0.0, code,
+                half_code(x.dtype), info)  # fmt: skip
+        return p, lambda: RL.run_forward_pairs(*args, torch.cuda.current_stream().cuda_stream)
+    p = _plan(c, persistent)
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream)
 
 
@@ -138,11 +151,11 @@ class Recorder:
     def line(self) -> str:
         b = self.base
         out = f"{b['op']:8} {b['dtype']:8} {b['M']:>6}x{b['N']:<6} copy {b['copy_us']:6.1f}us"
-        for who in ("shipped", "liger", "rows", "rows-persistent"):
+        for who in ("shipped", "liger", "rows", "rows-persistent", "pairs"):
             if who in self.best:
                 r = self.best[who]
                 out += f" | {who} {r['us']:7.1f} ({r['pct_copy']:5.1f}%)"
-                if who.startswith("rows"):
+                if who.startswith(("rows", "pairs")):
                     out += f" [{r['tile']} {r['widths']} w{r['warps']} o{r['occupancy']} r{r['regs']}]"
         return out
 
@@ -204,14 +217,14 @@ def time_forward(torch, rec, sets, cands):
         rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
                                   for s in sets], 50))  # fmt: skip
     for c in cands:
-        for persistent in (False, True):
+        for persistent in (False,) if c.get("pairs") else (False, True):
             calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
             p = calls[0][0]
             ys[0].fill_(float("nan"))
             rs[0].fill_(float("nan"))
             calls[0][1]()
             err = max(rel(ys[0], yref), rel(rs[0], rref))
-            who = "rows-persistent" if persistent else "rows"
+            who = "pairs" if c.get("pairs") else "rows-persistent" if persistent else "rows"
             if not err < _tol(dtype):
                 rec(who, None, f"wrong {err:.2e}", c, p)
                 continue

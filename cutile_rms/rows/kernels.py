@@ -25,7 +25,16 @@ Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.
 
 import cuda.tile as ct
 
-from cutile_rms.rmsnorm.kernels import RESIDUAL_ADD, RESIDUAL_NONE, _normalize
+from cutile_rms._launch import experimental_kernel
+from cutile_rms.rmsnorm.kernels import (
+    RESIDUAL_ADD,
+    RESIDUAL_NONE,
+    _half_dtype,
+    _normalize,
+    _pack,
+    _unpack,
+    _weight_pair,
+)
 
 ZERO = ct.PaddingMode.ZERO
 C_INT = ct.Constant[int]
@@ -165,6 +174,69 @@ def rows_fwd(x, r, w, y, s_out, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_
             _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype), c1)
         if W2 > 0:
             _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype), c2)
+        if STORE_RSTD:
+            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
+
+
+@ct.function
+def _pair_piece(x, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, HALF: C_INT):
+    """(even, odd) fp32 elements of word piece j, and their sum of squares per row."""
+    lo, hi = _unpack(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
+    return lo, hi, ct.sum(lo * lo, axis=2, keepdims=True) + ct.sum(hi * hi, axis=2, keepdims=True)
+
+
+@ct.function
+def _pair_weights(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, HALF: C_INT):
+    """(1, 1, W) fp32 offset + w of word piece j's even and odd elements."""
+    lo, hi = _weight_pair(w, j, offset, W, HAS_WEIGHT, HALF)
+    return ct.reshape(lo, (1, 1, W)), ct.reshape(hi, (1, 1, W))
+
+
+@ct.function
+def _pair_store(y, ia, ib, j, lo, hi, rstd, wlo, whi, CHECK: C_BOOL, HALF: C_INT, CASTING: C_INT,
+                HAS_WEIGHT: C_BOOL):  # fmt: skip
+    """y of one word piece: each half normalized as rows_fwd normalizes x (in x's dtype), packed."""
+    dt = _half_dtype(HALF)
+    ylo = _normalize(ct.astype(lo, dt), rstd, wlo, CASTING, HAS_WEIGHT)
+    yhi = _normalize(ct.astype(hi, dt), rstd, whi, CASTING, HAS_WEIGHT)
+    _store(y, ia, ib, j, _pack(ylo, yhi, HALF), CHECK)
+
+
+@experimental_kernel
+@ct.kernel
+def rows_fwd_pairs(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
+                   HALF: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, CHECK_A: C_BOOL,
+                   CHECK_N: C_BOOL):  # fmt: skip
+    """rows_fwd on int32 word views of 16-bit rows of even length N (HALF: bf16 or fp16, as the
+    core packed backward): x and y (A, B, N / 2) int32, w (N / 2,) int32, a word holding elements
+    2k (low half) and 2k + 1 (high half). The pieces W0, W1, W2 count words. For rows whose byte
+    length is not a multiple of 16: the JIT cannot prove them 16-byte aligned, so rows_fwd loads
+    them 2 bytes an element; as words they load 4 (bench/NOTES.md, session 15)."""
+    n = x.shape[2] * 2
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
+    wl0, wh0 = _pair_weights(w, 0, offset, W0, HAS_WEIGHT, HALF)
+    wl1, wh1, wl2, wh2 = wl0, wh0, wl0, wh0
+    if W1 > 0:
+        wl1, wh1 = _pair_weights(w, j1, offset, W1, HAS_WEIGHT, HALF)
+    if W2 > 0:
+        wl2, wh2 = _pair_weights(w, j2, offset, W2, HAS_WEIGHT, HALF)
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        l0, h0, ss = _pair_piece(x, ia, ib, 0, TILE_A, TILE_B, W0, c0, HALF)
+        l1, h1, l2, h2 = l0, h0, l0, h0
+        if W1 > 0:
+            l1, h1, part = _pair_piece(x, ia, ib, j1, TILE_A, TILE_B, W1, c1, HALF)
+            ss = ss + part
+        if W2 > 0:
+            l2, h2, part = _pair_piece(x, ia, ib, j2, TILE_A, TILE_B, W2, c2, HALF)
+            ss = ss + part
+        rstd = ct.rsqrt(ss / n + eps)
+        _pair_store(y, ia, ib, 0, l0, h0, rstd, wl0, wh0, c0, HALF, CASTING, HAS_WEIGHT)
+        if W1 > 0:
+            _pair_store(y, ia, ib, j1, l1, h1, rstd, wl1, wh1, c1, HALF, CASTING, HAS_WEIGHT)
+        if W2 > 0:
+            _pair_store(y, ia, ib, j2, l2, h2, rstd, wl2, wh2, c2, HALF, CASTING, HAS_WEIGHT)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
 

@@ -9,6 +9,8 @@ launchers and the AOT compile check build their argument lists from it, and a te
 against the kernels' own parameters.
 """
 
+import dataclasses
+
 from cutile_rms._launch import launch
 from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
@@ -16,14 +18,17 @@ from cutile_rms.rmsnorm.launch import HintVariants
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan, plan
 
-__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "arguments", "backward_values", "forward_values", "plan",
-           "run_backward", "run_forward"]  # fmt: skip
+__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "PAIRS_PARAMS", "arguments", "backward_values", "forward_values",
+           "pairs_plan", "plan", "run_backward", "run_forward", "run_forward_pairs"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
-KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS)}
+PAIRS_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2", "HALF", "CASTING",
+                "HAS_WEIGHT", "STORE_RSTD", "CHECK_A", "CHECK_N")  # fmt: skip
+KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS),
+           "forward_pairs": (K.rows_fwd_pairs, PAIRS_PARAMS)}  # fmt: skip
 _VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
 
 
@@ -61,6 +66,30 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
                   rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
     launch(stream, (p.grid,), _VARIANTS["forward"][p.hints], arguments("forward", values))
+
+
+def pairs_plan(a: int, b: int, n: int, num_sms: int) -> RowsPlan | None:
+    """The plan of rows_fwd_pairs (experimental) for (a, b, n) 16-bit rows of even length n (None
+    for odd n, or where there is none): a row of words holds its n values in registers as fp32,
+    as an fp32 row of n does, so it takes that row's plan with every piece halved into words
+    (on the plan of n / 2 fp32 elements, bf16 510 as 16 x 256 words, tileiras 13.4 spilled 56
+    bytes a thread at its 128-register cap; as 8 x 256 it does not)."""
+    if n % 2:
+        return None
+    p = plan("forward", a, b, n, 4, num_sms)
+    return None if p is None else dataclasses.replace(p, widths=tuple(w // 2 for w in p.widths))
+
+
+def run_forward_pairs(p: RowsPlan, xw, ww, yw, rstd, eps: float, offset: float, casting: int, half: int, device,
+                      stream) -> None:  # fmt: skip
+    """run_forward on int32 word views (x, y: (A, B, N / 2); weight (N / 2,) or None) of 16-bit
+    arrays of dtype half (rmsnorm.kernels.HALF_*), planned by pairs_plan (experimental)."""
+    has_weight = ww is not None
+    values = dict(_tile_values(p), HALF=half, CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=rstd is not None,
+                  x=xw, w=ww if has_weight else xw, y=yw, rstd_out=yw if rstd is None else rstd, eps=float(eps),
+                  offset=float(offset))  # fmt: skip
+    values.pop("TMA")
+    launch(stream, (p.grid,), _VARIANTS["forward_pairs"][p.hints], arguments("forward_pairs", values))
 
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
