@@ -399,20 +399,22 @@ def _pairs_jobs(add):
     from cutile_rms.rmsnorm.launch import half_code
     from cutile_rms.rows import launch as RL
 
-    kernel, names = RL.KERNELS["forward_pairs"]
     words = arr("int32", 3)
     rstd = arr("float32", 2, last_div=1)
     cases = (("bfloat16", 510, K.CAST_LLAMA, True), ("float16", 2262, K.CAST_NONE, True),
              ("bfloat16", 74, K.CAST_GEMMA, False))  # fmt: skip
-    for x, n, casting, has_weight in cases:
-        p = RL.pairs_plan(4099, 1, n, 132)
-        consts = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=p.widths[0], W1=p.widths[1], W2=p.widths[2],
-                      HALF=half_code(x), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=True, CHECK_A=p.check_a,
-                      CHECK_N=p.check_n)  # fmt: skip
-        values = dict(consts, x=words, w=arr("int32", 1) if has_weight else words, y=words, rstd_out=rstd, eps=F32,
-                      offset=F32)  # fmt: skip
-        add(f"rows forward_pairs {x} n={n} cast={casting} w={has_weight} {p}", RL._VARIANTS["forward_pairs"][p.hints],
-            [values[k] for k in names])  # fmt: skip
+    for op in ("forward_pairs", "backward_pairs"):
+        _, names = RL.KERNELS[op]
+        for x, n, casting, has_weight in cases:
+            p = RL.pairs_plan(4099, 1, n, 132, op.removesuffix("_pairs"))
+            values = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=p.widths[0], W1=p.widths[1], W2=p.widths[2],
+                          HALF=half_code(x), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=True,
+                          ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, CHECK_A=p.check_a, CHECK_N=p.check_n,
+                          x=words, dy=words, dx=words, w=arr("int32", 1) if has_weight else words, y=words,
+                          rstd_out=rstd, rstd_in=rstd, dw_partial=arr("float32", 3) if has_weight else words, eps=F32,
+                          offset=F32)  # fmt: skip
+            add(f"rows {op} {x} n={n} cast={casting} w={has_weight} {p}", RL._VARIANTS[op][p.hints],
+                [values[k] for k in names])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

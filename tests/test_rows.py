@@ -22,7 +22,7 @@ SMS = 132
 
 def test_signatures_are_the_kernels():
     """The launchers' one spelling of each kernel's parameters is the kernel's own."""
-    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_pairs} == {kernel for kernel, _ in RL.KERNELS.values()}
+    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_pairs, K.rows_bwd_pairs} == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
 
@@ -183,30 +183,41 @@ PAIR_CASES = [((37, 510), "one padded piece, odd M"), ((9, 2262), "two pieces"),
 @pytest.mark.experimental
 @pytest.mark.filterwarnings("ignore::cutile_rms.ExperimentalKernelWarning")
 def test_rows_forward_on_word_pairs(dev, shape, what, casting, dtype, has_weight, offset, gen):
-    """rows_fwd_pairs (experimental): 16-bit rows of even length read as int32 words, y and rstd
-    (NaN-poisoned first) against the float64 reference; x is left as it was."""
+    """rows_fwd_pairs and rows_bwd_pairs (experimental): 16-bit rows of even length read as int32
+    words; y, rstd, dx and dw (NaN-poisoned first) against the float64 reference; x and dy are
+    left as they were."""
     from cutile_rms.rmsnorm.launch import half_code
 
-    x, _, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
-    x0 = x.clone()
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0, dy0 = x.clone(), dy.clone()
     a, b = row_groups(x)
     n = x.shape[-1]
-    y = nan_like(x.shape, dtype, dev)
-    rstd = nan_like(x.shape[:-1], torch.float32, dev)
+    out = {"y": nan_like(x.shape, dtype, dev), "rstd": nan_like(x.shape[:-1], torch.float32, dev),
+           "dx": nan_like(x.shape, dtype, dev), "dw": None if w is None else nan_like(w.shape, dtype, dev)}  # fmt: skip
+    code = casting_code(casting, False)
+
+    def words(t):
+        return t.view(a, b, n).view(torch.int32)
 
     def run(device, stream):
-        p = RL.pairs_plan(a, b, n, device.num_sms)
         ww = None if w is None else w.view(torch.int32)
-        RL.run_forward_pairs(p, rows3(x, a, b).view(torch.int32), ww, y.view(a, b, n).view(torch.int32),
-                             rstd.view(a, b), EPS, offset, casting_code(casting, False), half_code(dtype), device,
-                             stream)  # fmt: skip
+        r2 = out["rstd"].view(a, b)
+        RL.run_forward_pairs(RL.pairs_plan(a, b, n, device.num_sms), words(rows3(x, a, b)), ww, words(out["y"]), r2,
+                             EPS, offset, code, half_code(dtype), device, stream)  # fmt: skip
+        part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
+        dww = None if w is None else out["dw"].view(torch.int32)
+        RL.run_backward_pairs(RL.pairs_plan(a, b, n, device.num_sms, "backward"), words(rows3(x, a, b)),
+                              words(rows3(dy, a, b)), ww, r2, words(out["dx"]), dww, offset, code, half_code(dtype),
+                              part, device, stream)  # fmt: skip
 
     launch_on_device(x, run)
     if x.is_cuda:
         torch.cuda.synchronize()
-    yr, rr, _, _ = rms_norm_ref_grads(x, torch.zeros_like(x), w, EPS, offset)
-    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, None if w is None else w.dtype, casting))
-    assert torch.equal(x, x0)
+    yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    check_all(
+        out, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr}, tolerances(dtype, None if w is None else w.dtype, casting)
+    )
+    assert torch.equal(x, x0) and torch.equal(dy, dy0)
     assert RL.pairs_plan(a, b, n + 1, SMS) is None  # odd lengths: no word view
 
 

@@ -9,8 +9,8 @@ one line per shape (best of each provider).
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
     ROWS_CANDIDATES=bench/probes/pairs_candidates.json python -m bench.probes.rows_probe
 
-A candidate with ``"pairs": true`` runs the experimental rows_fwd_pairs (16-bit rows of even
-length read as int32 words, its own plan: rows.launch.pairs_plan) beside the row tiles' rules
+A candidate with ``"pairs": true`` runs the experimental rows_fwd_pairs / rows_bwd_pairs (16-bit
+rows of even length read as int32 words, their own plans: rows.launch.pairs_plan) beside the row tiles' rules
 on the same shape; pairs_candidates.json holds the random set's (seed 780467363) even lengths
 that are not a multiple of 16 bytes (bench/NOTES.md, session 15).
 
@@ -78,10 +78,19 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
     from cutile_rms._device import device_info
     from cutile_rms.rows import launch as RL
 
-    p = _plan(c)
     m, n = x.shape
     code = 0 if x.dtype != torch.float32 else 1
     info = device_info(0)
+    if c.get("pairs"):  # rows_bwd_pairs: 16-bit rows of even length as int32 words, its own plan
+        from cutile_rms.rmsnorm.launch import half_code
+
+        p = RL.pairs_plan(m, 1, n, info.num_sms, "backward")
+        part = torch.empty((p.grid, 2, n // 2), device="cuda")
+        args = (p, x.view(m, 1, n).view(torch.int32), dy.view(m, 1, n).view(torch.int32), w.view(torch.int32),
+                rstd.view(m, 1), dx.view(m, 1, n).view(torch.int32), dw.view(torch.int32), 0.0, code,
+                half_code(x.dtype), lambda shape: part, info)  # fmt: skip
+        return p, lambda: RL.run_backward_pairs(*args, torch.cuda.current_stream().cuda_stream)
+    p = _plan(c)
     part = torch.empty((p.grid, n), device="cuda")
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code,
             lambda shape: part)  # fmt: skip
@@ -266,9 +275,9 @@ def time_backward(torch, rec, sets, cands):
         calls[0][1]()
         err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
         if not err < _tol(dtype):
-            rec("rows", None, f"wrong {err:.2e}", c, p)
+            rec("pairs" if c.get("pairs") else "rows", None, f"wrong {err:.2e}", c, p)
             continue
-        rec("rows", Tm.graph_us([f for _, f in calls], 100), "", c, p)
+        rec("pairs" if c.get("pairs") else "rows", Tm.graph_us([f for _, f in calls], 100), "", c, p)
 
 
 def main():

@@ -315,3 +315,97 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
             _store_dw(dw_partial, j1, a1, W1, CHECK_N and W2 == 0)
         if W2 > 0:
             _store_dw(dw_partial, j2, a2, W2, CHECK_N)
+
+
+@ct.function
+def _pair_grad(x, dy, ia, ib, j, rstd, wlo, whi, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL,
+               HALF: C_INT):  # fmt: skip
+    """_grad_piece of word piece j: (xhat, dy, wdy) as (even, odd) fp32 pairs, and its share of
+    sum(wdy * xhat) per row."""
+    x_lo, x_hi = _unpack(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
+    dy_lo, dy_hi = _unpack(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
+    xh_lo = x_lo * rstd
+    xh_hi = x_hi * rstd
+    wdy_lo = dy_lo * wlo
+    wdy_hi = dy_hi * whi
+    part = ct.sum(wdy_lo * xh_lo, axis=2, keepdims=True) + ct.sum(wdy_hi * xh_hi, axis=2, keepdims=True)
+    return xh_lo, xh_hi, dy_lo, dy_hi, wdy_lo, wdy_hi, part
+
+
+@ct.function
+def _pair_dx(dx, ia, ib, j, xh_lo, xh_hi, wdy_lo, wdy_hi, c, rstd, CHECK: C_BOOL, HALF: C_INT):
+    """Word piece j of dx = rstd * (wdy - xhat * c), packed."""
+    _store(dx, ia, ib, j, _pack((wdy_lo - xh_lo * c) * rstd, (wdy_hi - xh_hi * c) * rstd, HALF), CHECK)
+
+
+@ct.function
+def _store_dw_pair(dw_partial, j, acc_lo, acc_hi, W: C_INT, CHECK: C_BOOL):
+    """The sums over (TILE_A, TILE_B, W) accumulators' rows into dw_partial[bid, 0 / 1, piece j]
+    ((grid, 2, N / 2) fp32: even and odd columns apart, as the core packed backward's)."""
+    lo = ct.sum(ct.sum(acc_lo, axis=0, keepdims=True), axis=1, keepdims=True)
+    hi = ct.sum(ct.sum(acc_hi, axis=0, keepdims=True), axis=1, keepdims=True)
+    ct.store(dw_partial, (ct.bid(0), 0, j), lo, check_bounds=CHECK, allow_tma=False)
+    ct.store(dw_partial, (ct.bid(0), 1, j), hi, check_bounds=CHECK, allow_tma=False)
+
+
+@experimental_kernel
+@ct.kernel
+def rows_bwd_pairs(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
+                   W2: C_INT, HALF: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL,
+                   CHECK_N: C_BOOL):  # fmt: skip
+    """rows_bwd on int32 word views of 16-bit rows of even length N (as rows_fwd_pairs): x, dy and
+    dx (A, B, N / 2) int32, w (N / 2,) int32; this block's dW into dw_partial ((grid, 2, N / 2)
+    fp32, even and odd columns apart; the core's dw_reduce_packed sums and packs them)."""
+    n = x.shape[2] * 2
+    hd = _half_dtype(HALF)
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
+    wl0, wh0 = _pair_weights(w, 0, offset, W0, HAS_WEIGHT, HALF)
+    wl1, wh1, wl2, wh2 = wl0, wh0, wl0, wh0
+    a0l = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
+    a0h = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
+    if W1 > 0:
+        wl1, wh1 = _pair_weights(w, j1, offset, W1, HAS_WEIGHT, HALF)
+        a1l = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
+        a1h = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
+    if W2 > 0:
+        wl2, wh2 = _pair_weights(w, j2, offset, W2, HAS_WEIGHT, HALF)
+        a2l = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
+        a2h = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        if CHECK_A:
+            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+        else:
+            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
+        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
+        xl0, xh0, dl0, dh0, vl0, vh0, c = _pair_grad(x, dy, ia, ib, 0, rstd, wl0, wh0, TILE_A, TILE_B, W0, c0, HALF)
+        if W1 > 0:
+            xl1, xh1, dl1, dh1, vl1, vh1, part = _pair_grad(x, dy, ia, ib, j1, rstd, wl1, wh1, TILE_A, TILE_B, W1, c1,
+                                                            HALF)  # fmt: skip
+            c = c + part
+        if W2 > 0:
+            xl2, xh2, dl2, dh2, vl2, vh2, part = _pair_grad(x, dy, ia, ib, j2, rstd, wl2, wh2, TILE_A, TILE_B, W2, c2,
+                                                            HALF)  # fmt: skip
+            c = c + part
+        c = c / n
+        _pair_dx(dx, ia, ib, 0, xl0, xh0, vl0, vh0, c, rstd, c0, HALF)
+        if HAS_WEIGHT:
+            a0l += _dw(dl0, xl0, hd, ROUND_XHAT)
+            a0h += _dw(dh0, xh0, hd, ROUND_XHAT)
+        if W1 > 0:
+            _pair_dx(dx, ia, ib, j1, xl1, xh1, vl1, vh1, c, rstd, c1, HALF)
+            if HAS_WEIGHT:
+                a1l += _dw(dl1, xl1, hd, ROUND_XHAT)
+                a1h += _dw(dh1, xh1, hd, ROUND_XHAT)
+        if W2 > 0:
+            _pair_dx(dx, ia, ib, j2, xl2, xh2, vl2, vh2, c, rstd, c2, HALF)
+            if HAS_WEIGHT:
+                a2l += _dw(dl2, xl2, hd, ROUND_XHAT)
+                a2h += _dw(dh2, xh2, hd, ROUND_XHAT)
+    if HAS_WEIGHT:
+        _store_dw_pair(dw_partial, 0, a0l, a0h, W0, CHECK_N and W1 == 0)
+        if W1 > 0:
+            _store_dw_pair(dw_partial, j1, a1l, a1h, W1, CHECK_N and W2 == 0)
+        if W2 > 0:
+            _store_dw_pair(dw_partial, j2, a2l, a2h, W2, CHECK_N)

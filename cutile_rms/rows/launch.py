@@ -19,7 +19,7 @@ from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan, plan
 
 __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "PAIRS_PARAMS", "arguments", "backward_values", "forward_values",
-           "pairs_plan", "plan", "run_backward", "run_forward", "run_forward_pairs"]  # fmt: skip
+           "pairs_plan", "plan", "run_backward", "run_backward_pairs", "run_forward", "run_forward_pairs"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
@@ -27,8 +27,11 @@ BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TIL
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "TMA")  # fmt: skip
 PAIRS_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2", "HALF", "CASTING",
                 "HAS_WEIGHT", "STORE_RSTD", "CHECK_A", "CHECK_N")  # fmt: skip
+BACKWARD_PAIRS_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1",
+                         "W2", "HALF", "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N")  # fmt: skip
 KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS),
-           "forward_pairs": (K.rows_fwd_pairs, PAIRS_PARAMS)}  # fmt: skip
+           "forward_pairs": (K.rows_fwd_pairs, PAIRS_PARAMS),
+           "backward_pairs": (K.rows_bwd_pairs, BACKWARD_PAIRS_PARAMS)}  # fmt: skip
 _VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
 
 
@@ -68,7 +71,7 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     launch(stream, (p.grid,), _VARIANTS["forward"][p.hints], arguments("forward", values))
 
 
-def pairs_plan(a: int, b: int, n: int, num_sms: int) -> RowsPlan | None:
+def pairs_plan(a: int, b: int, n: int, num_sms: int, op: str = "forward") -> RowsPlan | None:
     """The plan of rows_fwd_pairs (experimental) for (a, b, n) 16-bit rows of even length n (None
     for odd n, or where there is none): a row of words holds its n values in registers as fp32,
     as an fp32 row of n does, so it takes that row's plan with every piece halved into words
@@ -76,7 +79,7 @@ def pairs_plan(a: int, b: int, n: int, num_sms: int) -> RowsPlan | None:
     bytes a thread at its 128-register cap; as 8 x 256 it does not)."""
     if n % 2:
         return None
-    p = plan("forward", a, b, n, 4, num_sms)
+    p = plan(op, a, b, n, 4, num_sms)
     return None if p is None else dataclasses.replace(p, widths=tuple(w // 2 for w in p.widths))
 
 
@@ -90,6 +93,24 @@ def run_forward_pairs(p: RowsPlan, xw, ww, yw, rstd, eps: float, offset: float, 
                   offset=float(offset))  # fmt: skip
     values.pop("TMA")
     launch(stream, (p.grid,), _VARIANTS["forward_pairs"][p.hints], arguments("forward_pairs", values))
+
+
+def run_backward_pairs(p: RowsPlan, xw, dyw, ww, rstd, dxw, dww, offset: float, casting: int, half: int, empty_f32,
+                       device, stream) -> None:  # fmt: skip
+    """run_backward on int32 word views (x, dy, dx: (A, B, N / 2); weight and dw (N / 2,), both
+    of x's 16-bit dtype, or None) planned by pairs_plan(..., op="backward") (experimental); the
+    (grid, 2, N / 2) fp32 dW partials are summed and packed by the core's dw_reduce_packed."""
+    has_weight = ww is not None
+    nw = xw.shape[2]
+    partial = empty_f32((p.grid, 2, nw)) if has_weight else None
+    values = dict(_tile_values(p), HALF=half, HAS_WEIGHT=has_weight,
+                  ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA, x=xw, dy=dyw, w=ww if has_weight else xw,
+                  rstd_in=rstd, dx=dxw, dw_partial=partial if has_weight else xw, offset=float(offset))  # fmt: skip
+    values.pop("TMA")
+    launch(stream, (p.grid,), _VARIANTS["backward_pairs"][p.hints], arguments("backward_pairs", values))
+    if has_weight:
+        reduce_grid = max(1, min(-(-nw // (REDUCE_TILE_N // 2)), device.num_sms * REDUCE_BLOCKS_PER_SM))
+        launch(stream, (reduce_grid,), CK.dw_reduce_packed, (partial, dww, REDUCE_TILE_G, REDUCE_TILE_N // 2, half))
 
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
