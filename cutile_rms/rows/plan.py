@@ -190,11 +190,11 @@ def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
-         tma: bool = False, max_pieces: int = MAX_PIECES, any_length: bool = False) -> RowsPlan | None:  # fmt: skip
+         tma: bool = False, max_pieces: int | None = None, any_length: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
-    override the rules (probes, tests: max_pieces=1: one padded tile per row; any_length: plan
-    rows of any length up to the longest)."""
+    override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
+    choice; any_length: plan rows of any length up to the longest)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -203,8 +203,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     short = row_bytes < MIN_PIECE_BYTES
     if unaligned(n, elem_size):
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
-        if elem_size >= 4 and short and max_pieces == MAX_PIECES:
+        if elem_size >= 4 and short and max_pieces is None:
             max_pieces = 1  # one padded piece: fp32 133 216 us vs 349 as 128+4+1, 74 328 vs 461 (session 15)
+    if max_pieces is None:
+        max_pieces = MAX_PIECES
     if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None
     ps = pieces(n, max_pieces, 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size)
