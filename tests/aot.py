@@ -385,36 +385,37 @@ def _rows_jobs(add):
     _ALIGNED[0] = False
     try:
         for op in ("forward", "backward"):
-            p = plan(op, 4099, 1, 3001, 2, 132, any_length=True)  # mode "rows" backward, probes
-            _rows_job(add, "unaligned", op, p, "bfloat16", "bfloat16", b_one=False)
-        _pairs_jobs(add)
+            # one-row tiles (a gathered last piece), gathered multi-row tiles, fp32's padded piece
+            for x, es, n in (("bfloat16", 2, 3001), ("bfloat16", 2, 510), ("float16", 2, 74), ("float32", 4, 133)):
+                _rows_job(add, "unaligned", op, plan(op, 4099, 1, n, es, 132), x, x, b_one=False)
+        _long_jobs(add)
     finally:
         _ALIGNED[0] = True
 
 
-def _pairs_jobs(add):
-    """rows_fwd_pairs (experimental: 16-bit rows of even length as int32 words) on the rows it is
-    for (lengths not a multiple of 16 bytes: no divisibility): one padded piece and two pieces,
-    both halves, each casting mode and weight presence once."""
-    from cutile_rms.rmsnorm.launch import half_code
+def _long_jobs(add):
+    """The long-row kernels (unaligned 16-bit rows past the row tiles' longest): forward with
+    and without rstd, the backward's row dot and chunks, each casting mode and weight presence."""
     from cutile_rms.rows import launch as RL
+    from cutile_rms.rows.plan import long_plan
 
-    words = arr("int32", 3)
     rstd = arr("float32", 2, last_div=1)
-    cases = (("bfloat16", 510, K.CAST_LLAMA, True), ("float16", 2262, K.CAST_NONE, True),
-             ("bfloat16", 74, K.CAST_GEMMA, False))  # fmt: skip
-    for op in ("forward_pairs", "backward_pairs"):
-        _, names = RL.KERNELS[op]
-        for x, n, casting, has_weight in cases:
-            p = RL.pairs_plan(4099, 1, n, 132, op.removesuffix("_pairs"))
-            values = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=p.widths[0], W1=p.widths[1], W2=p.widths[2],
-                          HALF=half_code(x), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=True,
-                          ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, CHECK_A=p.check_a, CHECK_N=p.check_n,
-                          x=words, dy=words, dx=words, w=arr("int32", 1) if has_weight else words, y=words,
-                          rstd_out=rstd, rstd_in=rstd, dw_partial=arr("float32", 3) if has_weight else words, eps=F32,
+    for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
+        p = long_plan(op, 4099, 1, 25263, 2, 132)
+        for x, (casting, has_weight) in zip(
+            ("bfloat16", "float16", "bfloat16"),
+            ((K.CAST_LLAMA, True), (K.CAST_NONE, True), (K.CAST_GEMMA, False)),
+            strict=False,
+        ):
+            rows = arr(x, 3)
+            values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
+                          STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
+                          dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
+                          c_out=rstd, c_in=rstd, dw_partial=arr("float32", 2) if has_weight else rows, eps=F32,
                           offset=F32)  # fmt: skip
-            add(f"rows {op} {x} n={n} cast={casting} w={has_weight} {p}", RL._VARIANTS[op][p.hints],
-                [values[k] for k in names])  # fmt: skip
+            for name in kernels:
+                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name][p.hints],
+                    [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

@@ -22,7 +22,9 @@ SMS = 132
 
 def test_signatures_are_the_kernels():
     """The launchers' one spelling of each kernel's parameters is the kernel's own."""
-    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_pairs, K.rows_bwd_pairs} == {k for k, _ in RL.KERNELS.values()}
+    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_long, K.rows_dot_long, K.rows_bwd_long} == {
+        k for k, _ in RL.KERNELS.values()
+    }
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
 
@@ -129,8 +131,9 @@ CASES = [
 ]
 
 
-def _poisoned_run(x, dy, w, casting_mode, offset):
-    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned."""
+def _poisoned_run(x, dy, w, casting_mode, offset, **plan_keywords):
+    """Forward then backward through the framework-free launchers, all outputs NaN-poisoned
+    (plan_keywords: rows.plan.plan's overrides)."""
     dev = x.device
     a, b = row_groups(x)
     n = x.shape[-1]
@@ -141,9 +144,9 @@ def _poisoned_run(x, dy, w, casting_mode, offset):
     dw = None if w is None else nan_like(w.shape, w.dtype, dev)
 
     def run(device, stream):
-        fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True)
+        fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, code, device, stream)
-        bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True)
+        bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         if bp is not None:
             part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
             RL.run_backward(bp, rows3(x, a, b), rows3(dy, a, b), w, rstd.view(a, b), dx.view(a, b, n), dw, offset,
@@ -174,51 +177,49 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
-PAIR_CASES = [((37, 510), "one padded piece, odd M"), ((9, 2262), "two pieces"), ((3, 5, 74), "3-D, short rows")]
+# Unaligned 16-bit rows longer than the row tiles take: the long-row kernels (plan kind "long"),
+# forward, and backward for odd lengths (even ones take the core's packed backward).
+LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434), "2-D, even: forward only")]
 
 
-@pytest.mark.parametrize("shape,what", PAIR_CASES, ids=[c[1] for c in PAIR_CASES])
+@pytest.mark.parametrize("shape,what", LONG_CASES, ids=[c[1] for c in LONG_CASES])
 @pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS[:6], ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS[:6]])
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
-@pytest.mark.experimental
-@pytest.mark.filterwarnings("ignore::cutile_rms.ExperimentalKernelWarning")
-def test_rows_forward_on_word_pairs(dev, shape, what, casting, dtype, has_weight, offset, gen):
-    """rows_fwd_pairs and rows_bwd_pairs (experimental): 16-bit rows of even length read as int32
-    words; y, rstd, dx and dw (NaN-poisoned first) against the float64 reference; x and dy are
-    left as they were."""
-    from cutile_rms.rmsnorm.launch import half_code
-
+def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
+    """y, rstd, dx and dw (NaN-poisoned first) of the long-row kernels against float64; x and dy
+    are left as they were."""
+    n = shape[-1]
+    assert plan("forward", 3, 1, n, 2, SMS).kind == "long"
+    assert (plan("backward", 3, 1, n, 2, SMS) is not None) == bool(n % 2)
     x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0 = x.clone(), dy.clone()
-    a, b = row_groups(x)
-    n = x.shape[-1]
-    out = {"y": nan_like(x.shape, dtype, dev), "rstd": nan_like(x.shape[:-1], torch.float32, dev),
-           "dx": nan_like(x.shape, dtype, dev), "dw": None if w is None else nan_like(w.shape, dtype, dev)}  # fmt: skip
-    code = casting_code(casting, False)
-
-    def words(t):
-        return t.view(a, b, n).view(torch.int32)
-
-    def run(device, stream):
-        ww = None if w is None else w.view(torch.int32)
-        r2 = out["rstd"].view(a, b)
-        RL.run_forward_pairs(RL.pairs_plan(a, b, n, device.num_sms), words(rows3(x, a, b)), ww, words(out["y"]), r2,
-                             EPS, offset, code, half_code(dtype), device, stream)  # fmt: skip
-        part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
-        dww = None if w is None else out["dw"].view(torch.int32)
-        RL.run_backward_pairs(RL.pairs_plan(a, b, n, device.num_sms, "backward"), words(rows3(x, a, b)),
-                              words(rows3(dy, a, b)), ww, r2, words(out["dx"]), dww, offset, code, half_code(dtype),
-                              part, device, stream)  # fmt: skip
-
-    launch_on_device(x, run)
-    if x.is_cuda:
-        torch.cuda.synchronize()
-    yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, offset)
-    check_all(
-        out, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr}, tolerances(dtype, None if w is None else w.dtype, casting)
-    )
+    out = _poisoned_run(x, dy, w, casting, offset)
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    if n % 2 == 0:  # no backward ran: its outputs stay poisoned
+        assert out["dx"].isnan().all()
+        out, dx, dw = dict(out, dx=None, dw=None), None, None
+    tol = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol)
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
-    assert RL.pairs_plan(a, b, n + 1, SMS) is None  # odd lengths: no word view
+
+
+LOADS_CASES = [
+    ((37, 510), "unaligned, plain loads", K.LOADS_PLAIN),
+    ((37, 512), "aligned, gathered", K.LOADS_GATHER),
+    ((9, 2265), "one-row tiles, plain", K.LOADS_PLAIN),
+    ((5, 3, 1000), "3-D, gathered", K.LOADS_GATHER),
+]
+
+
+@pytest.mark.parametrize("shape,what,loads", LOADS_CASES, ids=[c[1] for c in LOADS_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_rows_loads_either_way(dev, shape, what, loads, dtype, gen):
+    """Either way of reading the row tiles (kernels.LOADS_*) is right wherever the rules do not
+    pick it: gathers on aligned rows, plain loads on unaligned ones."""
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=True, generator=gen)
+    out = _poisoned_run(x, dy, w, "llama", 0.0, loads=loads)
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, w.dtype, "llama"))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -339,8 +340,10 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
 
 def test_unaligned_rows_take_the_row_tiles():
     """Rows not a multiple of 16 bytes long (which the core kernels' TMA tiles cannot load) get
-    a row-tile plan forward and backward, whatever A (batch invariance); short 4-byte ones as
-    one padded piece; rows that are a multiple of 16 bytes keep the earlier rules."""
+    a row-tile plan forward and backward, whatever A (batch invariance), read through gathers
+    where a tile holds several rows (and in 16-bit one-row tiles); short 4-byte ones as one
+    padded piece, short 16-bit ones as at most two of 32 elements or more; rows that are a
+    multiple of 16 bytes keep the earlier rules and plain loads."""
     for n, es in ((133, 2), (510, 2), (2265, 2), (8686, 2), (74, 4), (133, 4), (2265, 4)):
         assert unaligned(n, es) and backward_by_default(n, es), (n, es)
         plans = {plan("forward", a, 1, n, es, SMS).widths for a in (1, 7, 4099, 100000)}
@@ -348,7 +351,12 @@ def test_unaligned_rows_take_the_row_tiles():
         if n <= 8192:
             assert plan("backward", 9, 1, n, es, SMS) is not None, (n, es)
     assert plan("forward", 9, 1, 133, 4, SMS).widths == (256, 0, 0)
-    assert plan("forward", 9, 1, 74, 2, SMS).widths == (64, 8, 2)  # 16-bit: the pieces, as measured
+    assert plan("forward", 9, 1, 74, 2, SMS).widths == (64, 32, 0)  # 16-bit: two pieces, as measured
+    assert plan("forward", 9, 1, 133, 2, SMS).widths == (128, 32, 0)
+    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # several rows a tile
+    assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
+    assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads
+    assert plan("forward", 9, 1, 512, 2, SMS).loads == K.LOADS_PLAIN
     for n, es in ((40, 2), (96, 2), (292, 4), (4096, 2)):
         assert not unaligned(n, es), (n, es)
     assert plan("forward", 9, 1, 40, 2, SMS) is None  # 80 bytes: a multiple of 16, left to the core

@@ -44,7 +44,8 @@ def plan_of(c, persistent=None):
     from cutile_rms.rows.plan import plan
 
     return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c["tile_rows"], warps=c["warps"],
-                occupancy=c["occupancy"], persistent=persistent, max_pieces=c["max_pieces"],
+                occupancy=c["occupancy"], persistent=persistent, max_pieces=c["max_pieces"], loads=c.get("loads"),
+                min_piece=c.get("min_piece"),
                 any_length=True)  # fmt: skip
 
 

@@ -7,12 +7,9 @@ one line per shape (best of each provider).
 
     python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
-    ROWS_CANDIDATES=bench/probes/pairs_candidates.json python -m bench.probes.rows_probe
 
-A candidate with ``"pairs": true`` runs the experimental rows_fwd_pairs / rows_bwd_pairs (16-bit
-rows of even length read as int32 words, their own plans: rows.launch.pairs_plan) beside the row tiles' rules
-on the same shape; pairs_candidates.json holds the random set's (seed 780467363) even lengths
-that are not a multiple of 16 bytes (bench/NOTES.md, session 15).
+A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
+occupancy, max_pieces, min_piece, loads); a candidate that names its loads is labelled by them.
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then
@@ -63,13 +60,6 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*)
     info = device_info(0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
-    if c.get("pairs"):  # rows_fwd_pairs: 16-bit rows of even length as int32 words, its own plan
-        from cutile_rms.rmsnorm.launch import half_code
-
-        p = RL.pairs_plan(m, 1, n, info.num_sms)
-        args = (p, x3.view(torch.int32), w.view(torch.int32), y3.view(torch.int32), r2, EPS, 0.0, code,
-                half_code(x.dtype), info)  # fmt: skip
-        return p, lambda: RL.run_forward_pairs(*args, torch.cuda.current_stream().cuda_stream)
     p = _plan(c, persistent)
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream)
 
@@ -81,15 +71,6 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
     m, n = x.shape
     code = 0 if x.dtype != torch.float32 else 1
     info = device_info(0)
-    if c.get("pairs"):  # rows_bwd_pairs: 16-bit rows of even length as int32 words, its own plan
-        from cutile_rms.rmsnorm.launch import half_code
-
-        p = RL.pairs_plan(m, 1, n, info.num_sms, "backward")
-        part = torch.empty((p.grid, 2, n // 2), device="cuda")
-        args = (p, x.view(m, 1, n).view(torch.int32), dy.view(m, 1, n).view(torch.int32), w.view(torch.int32),
-                rstd.view(m, 1), dx.view(m, 1, n).view(torch.int32), dw.view(torch.int32), 0.0, code,
-                half_code(x.dtype), lambda shape: part, info)  # fmt: skip
-        return p, lambda: RL.run_backward_pairs(*args, torch.cuda.current_stream().cuda_stream)
     p = _plan(c)
     part = torch.empty((p.grid, n), device="cuda")
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code,
@@ -160,11 +141,11 @@ class Recorder:
     def line(self) -> str:
         b = self.base
         out = f"{b['op']:8} {b['dtype']:8} {b['M']:>6}x{b['N']:<6} copy {b['copy_us']:6.1f}us"
-        for who in ("shipped", "liger", "rows", "rows-persistent", "pairs"):
+        for who in sorted(self.best, key=lambda w: (w not in ("shipped", "liger"), w)):
             if who in self.best:
                 r = self.best[who]
                 out += f" | {who} {r['us']:7.1f} ({r['pct_copy']:5.1f}%)"
-                if who.startswith(("rows", "pairs")):
+                if who.startswith("rows"):
                     out += f" [{r['tile']} {r['widths']} w{r['warps']} o{r['occupancy']} r{r['regs']}]"
         return out
 
@@ -204,6 +185,11 @@ def warm_all(shapes, cands):
         log("  ", e)
 
 
+def _loads_label(c):
+    """A candidate that names its loads (rows.kernels.LOADS_*) is labelled by them."""
+    return "" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]]
+
+
 def _tol(dtype):
     return 2e-2 if dtype == "bfloat16" else 1e-4
 
@@ -226,14 +212,14 @@ def time_forward(torch, rec, sets, cands):
         rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
                                   for s in sets], 50))  # fmt: skip
     for c in cands:
-        for persistent in (False,) if c.get("pairs") else (False, True):
+        for persistent in (False, True):
             calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
             p = calls[0][0]
             ys[0].fill_(float("nan"))
             rs[0].fill_(float("nan"))
             calls[0][1]()
             err = max(rel(ys[0], yref), rel(rs[0], rref))
-            who = "pairs" if c.get("pairs") else "rows-persistent" if persistent else "rows"
+            who = ("rows-persistent" if persistent else "rows") + _loads_label(c)
             if not err < _tol(dtype):
                 rec(who, None, f"wrong {err:.2e}", c, p)
                 continue
@@ -275,9 +261,9 @@ def time_backward(torch, rec, sets, cands):
         calls[0][1]()
         err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
         if not err < _tol(dtype):
-            rec("pairs" if c.get("pairs") else "rows", None, f"wrong {err:.2e}", c, p)
+            rec("rows" + _loads_label(c), None, f"wrong {err:.2e}", c, p)
             continue
-        rec("pairs" if c.get("pairs") else "rows", Tm.graph_us([f for _, f in calls], 100), "", c, p)
+        rec("rows" + _loads_label(c), Tm.graph_us([f for _, f in calls], 100), "", c, p)
 
 
 def main():

@@ -25,15 +25,10 @@ Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.
 
 import cuda.tile as ct
 
-from cutile_rms._launch import experimental_kernel
 from cutile_rms.rmsnorm.kernels import (
     RESIDUAL_ADD,
     RESIDUAL_NONE,
-    _half_dtype,
     _normalize,
-    _pack,
-    _unpack,
-    _weight_pair,
 )
 
 ZERO = ct.PaddingMode.ZERO
@@ -41,25 +36,59 @@ C_INT = ct.Constant[int]
 C_BOOL = ct.Constant[bool]
 
 
+# How a kernel reads and writes its row tiles (the LOADS constant): plain loads straight to
+# registers, loads that may go through TMA, or per-element gathers and scatters. Rows whose byte
+# length is not a multiple of 16 need the third (plan.unaligned): the JIT cannot prove their
+# starts aligned, and tileiras 13.4 compiles a zero-padded ct.load of such a tile into one
+# branch per pair of 16-bit (or per fp32) elements, each waiting for its own two loads before
+# the next branch issues (SASS, bf16 16 x 512 of rows of 510: 64 LDG.U16 behind 32 branches, a
+# use right after each pair), so a warp has one or two loads in flight. ct.gather of the same
+# tile compiles to predicated loads without branches, all issued before the first use (64
+# LDG.U16 in a row); on aligned rows it still compiles to 128-bit loads (bench/NOTES.md,
+# session 16).
+LOADS_PLAIN = 0
+LOADS_TMA = 1
+LOADS_GATHER = 2
+
+
 @ct.function
-def _load(a, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
-    """Piece j of row tile (ia, ib): zero-padded where CHECK, else without bounds checks."""
-    if CHECK:
-        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), padding_mode=ZERO, allow_tma=TMA)
+def _indices(ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT):
+    """Element indices of piece j of row tile (ia, ib), for gather and scatter."""
+    ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1))
+    rb = ct.reshape(ct.arange(TILE_B, dtype=ct.int32) + ib * TILE_B, (1, TILE_B, 1))
+    c = ct.reshape(ct.arange(W, dtype=ct.int32) + j * W, (1, 1, W))
+    return ra, rb, c
+
+
+@ct.function
+def _load(a, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    """Piece j of row tile (ia, ib): zero-padded where CHECK (gathered with LOADS_GATHER), else
+    without bounds checks (plain loads: unchecked loads of unaligned rows issue without branches)."""
+    if LOADS == LOADS_GATHER and CHECK:
+        return ct.gather(a, _indices(ia, ib, j, TILE_A, TILE_B, W), padding_value=0)
+    elif CHECK:
+        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), padding_mode=ZERO, allow_tma=LOADS == LOADS_TMA)
     else:
-        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), check_bounds=False, allow_tma=TMA)
+        return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), check_bounds=False, allow_tma=LOADS == LOADS_TMA)
 
 
 @ct.function
-def _store(a, ia, ib, j, t, CHECK: C_BOOL):
-    ct.store(a, (ia, ib, j), t, check_bounds=CHECK, allow_tma=False)
+def _store(a, ia, ib, j, t, CHECK: C_BOOL, LOADS: C_INT):
+    """Tile t into piece j of row tile (ia, ib), dropping what lies past a's bounds where CHECK
+    (scattered with LOADS_GATHER)."""
+    if LOADS == LOADS_GATHER and CHECK:
+        ct.scatter(a, _indices(ia, ib, j, t.shape[0], t.shape[1], t.shape[2]), t)
+    else:
+        ct.store(a, (ia, ib, j), t, check_bounds=CHECK, allow_tma=False)
 
 
 @ct.function
-def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
     """(1, 1, W) fp32 offset + w of piece j (1 without a weight)."""
     if HAS_WEIGHT:
-        if CHECK:
+        if LOADS == LOADS_GATHER and CHECK:
+            wt = ct.gather(w, ct.arange(W, dtype=ct.int32) + j * W, padding_value=0)
+        elif CHECK:
             wt = ct.load(w, (j,), (W,), padding_mode=ZERO, allow_tma=False)
         else:
             wt = ct.load(w, (j,), (W,), check_bounds=False, allow_tma=False)
@@ -69,16 +98,16 @@ def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
 
 
 @ct.function
-def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL):
+def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):
     """(1, 1, W) offset + w of each piece (an absent piece gets piece 0's, never used); with
     CHECK_N only the last piece can overhang N."""
-    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and W1 == 0)
+    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and W1 == 0, LOADS)
     w1 = w0
     w2 = w0
     if W1 > 0:
-        w1 = _weight(w, W0 // W1, offset, W1, HAS_WEIGHT, CHECK_N and W2 == 0)
+        w1 = _weight(w, W0 // W1, offset, W1, HAS_WEIGHT, CHECK_N and W2 == 0, LOADS)
     if W2 > 0:
-        w2 = _weight(w, (W0 + W1) // W2, offset, W2, HAS_WEIGHT, CHECK_N)
+        w2 = _weight(w, (W0 + W1) // W2, offset, W2, HAS_WEIGHT, CHECK_N, LOADS)
     return w0, w1, w2
 
 
@@ -99,46 +128,46 @@ def _pieces(W0: C_INT, W1: C_INT, W2: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL):
 
 @ct.function
 def _load_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, C0: C_BOOL,
-                   C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL):  # fmt: skip
+                   C1: C_BOOL, C2: C_BOOL, LOADS: C_INT):  # fmt: skip
     """(x0, x1, x2, sum of squares per row) of row tile (ia, ib); an absent piece is x0."""
-    x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA)
+    x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
     ss = _sum_sq(x0)
     x1 = x0
     x2 = x0
     if W1 > 0:
-        x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA)
+        x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, C1, LOADS)
         ss = ss + _sum_sq(x1)
     if W2 > 0:
-        x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA)
+        x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, C2, LOADS)
         ss = ss + _sum_sq(x2)
     return x0, x1, x2, ss
 
 
 @ct.function
-def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL,
+def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT,
                STORE: C_BOOL):  # fmt: skip
     """s = x + r (an fp32 add rounded once to s_out's dtype) of one piece, stored to s_out with
     STORE (s_out only names the sum's dtype otherwise)."""
-    xf = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
-    st = ct.astype(xf + ct.astype(_load(r, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32), s_out.dtype)
+    xf = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32)
+    st = ct.astype(xf + ct.astype(_load(r, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32), s_out.dtype)
     if STORE:
-        _store(s_out, ia, ib, j, st, CHECK)
+        _store(s_out, ia, ib, j, st, CHECK, LOADS)
     return st
 
 
 @ct.function
 def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
-                  C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, TMA: C_BOOL, STORE: C_BOOL):  # fmt: skip
+                  C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, LOADS: C_INT, STORE: C_BOOL):  # fmt: skip
     """_load_row_tile of s = x + r (stored to s_out as it goes with STORE)."""
-    s0 = _add_piece(x, r, s_out, ia, ib, 0, TILE_A, TILE_B, W0, C0, TMA, STORE)
+    s0 = _add_piece(x, r, s_out, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS, STORE)
     ss = _sum_sq(s0)
     s1 = s0
     s2 = s0
     if W1 > 0:
-        s1 = _add_piece(x, r, s_out, ia, ib, j1, TILE_A, TILE_B, W1, C1, TMA, STORE)
+        s1 = _add_piece(x, r, s_out, ia, ib, j1, TILE_A, TILE_B, W1, C1, LOADS, STORE)
         ss = ss + _sum_sq(s1)
     if W2 > 0:
-        s2 = _add_piece(x, r, s_out, ia, ib, j2, TILE_A, TILE_B, W2, C2, TMA, STORE)
+        s2 = _add_piece(x, r, s_out, ia, ib, j2, TILE_A, TILE_B, W2, C2, LOADS, STORE)
         ss = ss + _sum_sq(s2)
     return s0, s1, s2, ss
 
@@ -149,103 +178,80 @@ def _tile(t, tiles_b):
     return t // tiles_b, t % tiles_b
 
 
+@ct.function
+def _mean(total, n, LOADS: C_INT):
+    """total / n per row, as _rstd divides: times 1 / n on gathered tiles, divided on plain ones."""
+    if LOADS == LOADS_GATHER:
+        return total * (1.0 / n)
+    else:
+        return total / n
+
+
+@ct.function
+def _rstd(ss, n, eps, LOADS: C_INT):
+    """1 / sqrt(ss / n + eps) of the rows' sums of squares. Gathered tiles spread each row over
+    the whole block, so every thread holds every row of the tile: there ss is multiplied by 1 / n
+    (one division a tile; SASS: an IEEE division a row and thread was 10 instructions). Plain tiles
+    keep the division: on them the multiply moved tileiras 13.4's register allocation (bf16 2 x 4096:
+    96 -> 127 registers) and cost 6% (bench/NOTES.md, session 16)."""
+    return ct.rsqrt(_mean(ss, n, LOADS) + eps)
+
+
+@ct.function
+def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
+              W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT,
+              C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """rows_fwd's work on row tile (ia, ib), with bounds checks on the pieces that say so."""
+    if RESIDUAL == RESIDUAL_NONE:
+        x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, C0, C1, C2, LOADS)
+    else:
+        x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, C0, C1, C2, LOADS,
+                                       RESIDUAL == RESIDUAL_ADD)  # fmt: skip
+    rstd = _rstd(ss, x.shape[2], eps, LOADS)
+    _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype), C0, LOADS)
+    if W1 > 0:
+        _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype), C1, LOADS)
+    if W2 > 0:
+        _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype), C2, LOADS)
+    if STORE_RSTD:
+        ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CA, allow_tma=False)
+
+
+@ct.function
+def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
+    """Whether row tile ia is known to lie inside A, so that its rows need no bounds checks:
+    gathered tiles (LOADS_GATHER) of a kernel that can overhang A (CHECK_A) take the unchecked
+    path on every tile but the last; elsewhere the checks are fixed at compile time."""
+    return LOADS == LOADS_GATHER and CHECK_A and (ia + 1) * TILE_A <= a
+
+
 @ct.kernel
 def rows_fwd(x, r, w, y, s_out, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
              W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL,
-             CHECK_N: C_BOOL, TMA: C_BOOL):  # fmt: skip
+             CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
     """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise). RESIDUAL
     (the core kernels' RESIDUAL_*): NONE normalizes x (r and s_out are placeholders); ADD
     normalizes s = x + r (an fp32 add rounded once to s_out's dtype) and stores it to s_out;
     ADD_UNSTORED normalizes s without storing it (post-norm: s_out only names its dtype)."""
-    n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
+    _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        if RESIDUAL == RESIDUAL_NONE:
-            x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
+        if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+            _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                      HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
         else:
-            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA,
-                                           RESIDUAL == RESIDUAL_ADD)  # fmt: skip
-        rstd = ct.rsqrt(ss / n + eps)
-        _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype), c0)
-        if W1 > 0:
-            _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype), c1)
-        if W2 > 0:
-            _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype), c2)
-        if STORE_RSTD:
-            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
+            _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                      HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
 
 
 @ct.function
-def _pair_piece(x, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, HALF: C_INT):
-    """(even, odd) fp32 elements of word piece j, and their sum of squares per row."""
-    lo, hi = _unpack(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
-    return lo, hi, ct.sum(lo * lo, axis=2, keepdims=True) + ct.sum(hi * hi, axis=2, keepdims=True)
-
-
-@ct.function
-def _pair_weights(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, HALF: C_INT):
-    """(1, 1, W) fp32 offset + w of word piece j's even and odd elements."""
-    lo, hi = _weight_pair(w, j, offset, W, HAS_WEIGHT, HALF)
-    return ct.reshape(lo, (1, 1, W)), ct.reshape(hi, (1, 1, W))
-
-
-@ct.function
-def _pair_store(y, ia, ib, j, lo, hi, rstd, wlo, whi, CHECK: C_BOOL, HALF: C_INT, CASTING: C_INT,
-                HAS_WEIGHT: C_BOOL):  # fmt: skip
-    """y of one word piece: each half normalized as rows_fwd normalizes x (in x's dtype), packed."""
-    dt = _half_dtype(HALF)
-    ylo = _normalize(ct.astype(lo, dt), rstd, wlo, CASTING, HAS_WEIGHT)
-    yhi = _normalize(ct.astype(hi, dt), rstd, whi, CASTING, HAS_WEIGHT)
-    _store(y, ia, ib, j, _pack(ylo, yhi, HALF), CHECK)
-
-
-@experimental_kernel
-@ct.kernel
-def rows_fwd_pairs(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
-                   HALF: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, CHECK_A: C_BOOL,
-                   CHECK_N: C_BOOL):  # fmt: skip
-    """rows_fwd on int32 word views of 16-bit rows of even length N (HALF: bf16 or fp16, as the
-    core packed backward): x and y (A, B, N / 2) int32, w (N / 2,) int32, a word holding elements
-    2k (low half) and 2k + 1 (high half). The pieces W0, W1, W2 count words. For rows whose byte
-    length is not a multiple of 16: the JIT cannot prove them 16-byte aligned, so rows_fwd loads
-    them 2 bytes an element; as words they load 4 (bench/NOTES.md, session 15)."""
-    n = x.shape[2] * 2
-    tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    wl0, wh0 = _pair_weights(w, 0, offset, W0, HAS_WEIGHT, HALF)
-    wl1, wh1, wl2, wh2 = wl0, wh0, wl0, wh0
-    if W1 > 0:
-        wl1, wh1 = _pair_weights(w, j1, offset, W1, HAS_WEIGHT, HALF)
-    if W2 > 0:
-        wl2, wh2 = _pair_weights(w, j2, offset, W2, HAS_WEIGHT, HALF)
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
-        l0, h0, ss = _pair_piece(x, ia, ib, 0, TILE_A, TILE_B, W0, c0, HALF)
-        l1, h1, l2, h2 = l0, h0, l0, h0
-        if W1 > 0:
-            l1, h1, part = _pair_piece(x, ia, ib, j1, TILE_A, TILE_B, W1, c1, HALF)
-            ss = ss + part
-        if W2 > 0:
-            l2, h2, part = _pair_piece(x, ia, ib, j2, TILE_A, TILE_B, W2, c2, HALF)
-            ss = ss + part
-        rstd = ct.rsqrt(ss / n + eps)
-        _pair_store(y, ia, ib, 0, l0, h0, rstd, wl0, wh0, c0, HALF, CASTING, HAS_WEIGHT)
-        if W1 > 0:
-            _pair_store(y, ia, ib, j1, l1, h1, rstd, wl1, wh1, c1, HALF, CASTING, HAS_WEIGHT)
-        if W2 > 0:
-            _pair_store(y, ia, ib, j2, l2, h2, rstd, wl2, wh2, c2, HALF, CASTING, HAS_WEIGHT)
-        if STORE_RSTD:
-            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
-
-
-@ct.function
-def _grad_piece(x, dy, ia, ib, j, rstd, wp, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, TMA: C_BOOL):
+def _grad_piece(x, dy, ia, ib, j, rstd, wp, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """(xhat, dy, wdy) of one piece, fp32, and its share of sum(wdy * xhat) per row."""
-    xhat = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32) * rstd
-    dyf = ct.astype(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, TMA), ct.float32)
+    xhat = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32) * rstd
+    dyf = ct.astype(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32)
     wdy = dyf * wp
     return xhat, dyf, wdy, ct.sum(wdy * xhat, axis=2, keepdims=True)
 
@@ -268,47 +274,64 @@ def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
     ct.store(dw_partial, (ct.bid(0), j), ct.reshape(total, (1, W)), check_bounds=CHECK, allow_tma=False)
 
 
+@ct.function
+def _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
+              W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, C0: C_BOOL, C1: C_BOOL, C2: C_BOOL,
+              CA: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """rows_bwd's work on row tile (ia, ib), with bounds checks on the pieces that say so; returns
+    the dW accumulators (an absent piece's is a0, untouched)."""
+    if CA:
+        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+    else:
+        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
+    rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
+    xh0, dy0, wdy0, c = _grad_piece(x, dy, ia, ib, 0, rstd, w0, TILE_A, TILE_B, W0, C0, LOADS)
+    if W1 > 0:
+        xh1, dy1, wdy1, part = _grad_piece(x, dy, ia, ib, j1, rstd, w1, TILE_A, TILE_B, W1, C1, LOADS)
+        c = c + part
+    if W2 > 0:
+        xh2, dy2, wdy2, part = _grad_piece(x, dy, ia, ib, j2, rstd, w2, TILE_A, TILE_B, W2, C2, LOADS)
+        c = c + part
+    c = _mean(c, x.shape[2], LOADS)
+    _store(dx, ia, ib, 0, ct.astype((wdy0 - xh0 * c) * rstd, dx.dtype), C0, LOADS)
+    if HAS_WEIGHT:
+        a0 += _dw(dy0, xh0, x.dtype, ROUND_XHAT)
+    if W1 > 0:
+        _store(dx, ia, ib, j1, ct.astype((wdy1 - xh1 * c) * rstd, dx.dtype), C1, LOADS)
+        if HAS_WEIGHT:
+            a1 += _dw(dy1, xh1, x.dtype, ROUND_XHAT)
+    if W2 > 0:
+        _store(dx, ia, ib, j2, ct.astype((wdy2 - xh2 * c) * rstd, dx.dtype), C2, LOADS)
+        if HAS_WEIGHT:
+            a2 += _dw(dy2, xh2, x.dtype, ROUND_XHAT)
+    return a0, a1, a2
+
+
 @ct.kernel
 def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
              W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
-             TMA: C_BOOL):  # fmt: skip
+             LOADS: C_INT):  # fmt: skip
     """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
     HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic."""
-    n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
+    _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
     a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
+    a1 = a0
+    a2 = a0
     if W1 > 0:
         a1 = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
     if W2 > 0:
         a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        if CHECK_A:
-            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+        if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1,
+                                   W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, False, LOADS)  # fmt: skip
         else:
-            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
-        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
-        xh0, dy0, wdy0, c = _grad_piece(x, dy, ia, ib, 0, rstd, w0, TILE_A, TILE_B, W0, c0, TMA)
-        if W1 > 0:
-            xh1, dy1, wdy1, part = _grad_piece(x, dy, ia, ib, j1, rstd, w1, TILE_A, TILE_B, W1, c1, TMA)
-            c = c + part
-        if W2 > 0:
-            xh2, dy2, wdy2, part = _grad_piece(x, dy, ia, ib, j2, rstd, w2, TILE_A, TILE_B, W2, c2, TMA)
-            c = c + part
-        c = c / n
-        _store(dx, ia, ib, 0, ct.astype((wdy0 - xh0 * c) * rstd, dx.dtype), c0)
-        if HAS_WEIGHT:
-            a0 += _dw(dy0, xh0, x.dtype, ROUND_XHAT)
-        if W1 > 0:
-            _store(dx, ia, ib, j1, ct.astype((wdy1 - xh1 * c) * rstd, dx.dtype), c1)
-            if HAS_WEIGHT:
-                a1 += _dw(dy1, xh1, x.dtype, ROUND_XHAT)
-        if W2 > 0:
-            _store(dx, ia, ib, j2, ct.astype((wdy2 - xh2 * c) * rstd, dx.dtype), c2)
-            if HAS_WEIGHT:
-                a2 += _dw(dy2, xh2, x.dtype, ROUND_XHAT)
+            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1,
+                                   W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(dw_partial, 0, a0, W0, CHECK_N and W1 == 0)
         if W1 > 0:
@@ -317,95 +340,107 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
             _store_dw(dw_partial, j2, a2, W2, CHECK_N)
 
 
-@ct.function
-def _pair_grad(x, dy, ia, ib, j, rstd, wlo, whi, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL,
-               HALF: C_INT):  # fmt: skip
-    """_grad_piece of word piece j: (xhat, dy, wdy) as (even, odd) fp32 pairs, and its share of
-    sum(wdy * xhat) per row."""
-    x_lo, x_hi = _unpack(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
-    dy_lo, dy_hi = _unpack(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, False), HALF)
-    xh_lo = x_lo * rstd
-    xh_hi = x_hi * rstd
-    wdy_lo = dy_lo * wlo
-    wdy_hi = dy_hi * whi
-    part = ct.sum(wdy_lo * xh_lo, axis=2, keepdims=True) + ct.sum(wdy_hi * xh_hi, axis=2, keepdims=True)
-    return xh_lo, xh_hi, dy_lo, dy_hi, wdy_lo, wdy_hi, part
+# Rows longer than one block holds (plan.long_plan: unaligned 16-bit rows past the row tiles'
+# longest, which the core kernels could only load 2 bytes at a time behind a branch each, at
+# 0.14-0.19x torch.compile). One row at a time, in TILE_N-wide chunks: a chunk wholly inside the
+# row loads without bounds checks, the last one (past N) is gathered (LOADS).
 
 
 @ct.function
-def _pair_dx(dx, ia, ib, j, xh_lo, xh_hi, wdy_lo, wdy_hi, c, rstd, CHECK: C_BOOL, HALF: C_INT):
-    """Word piece j of dx = rstd * (wdy - xhat * c), packed."""
-    _store(dx, ia, ib, j, _pack((wdy_lo - xh_lo * c) * rstd, (wdy_hi - xh_hi * c) * rstd, HALF), CHECK)
+def _long_chunk(a, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    return _load(a, ia, ib, j, 1, 1, TILE_N, CHECK, LOADS)
 
 
 @ct.function
-def _store_dw_pair(dw_partial, j, acc_lo, acc_hi, W: C_INT, CHECK: C_BOOL):
-    """The sums over (TILE_A, TILE_B, W) accumulators' rows into dw_partial[bid, 0 / 1, piece j]
-    ((grid, 2, N / 2) fp32: even and odd columns apart, as the core packed backward's)."""
-    lo = ct.sum(ct.sum(acc_lo, axis=0, keepdims=True), axis=1, keepdims=True)
-    hi = ct.sum(ct.sum(acc_hi, axis=0, keepdims=True), axis=1, keepdims=True)
-    ct.store(dw_partial, (ct.bid(0), 0, j), lo, check_bounds=CHECK, allow_tma=False)
-    ct.store(dw_partial, (ct.bid(0), 1, j), hi, check_bounds=CHECK, allow_tma=False)
+def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
+            LOADS: C_INT):  # fmt: skip
+    """y of chunk j of row (ia, ib)."""
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    yt = _normalize(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), rstd, wp, CASTING, HAS_WEIGHT)
+    _store(y, ia, ib, j, ct.astype(yt, y.dtype), CHECK, LOADS)
 
 
-@experimental_kernel
 @ct.kernel
-def rows_bwd_pairs(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
-                   W2: C_INT, HALF: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL,
-                   CHECK_N: C_BOOL):  # fmt: skip
-    """rows_bwd on int32 word views of 16-bit rows of even length N (as rows_fwd_pairs): x, dy and
-    dx (A, B, N / 2) int32, w (N / 2,) int32; this block's dW into dw_partial ((grid, 2, N / 2)
-    fp32, even and odd columns apart; the core's dw_reduce_packed sums and packs them)."""
-    n = x.shape[2] * 2
-    hd = _half_dtype(HALF)
-    tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    wl0, wh0 = _pair_weights(w, 0, offset, W0, HAS_WEIGHT, HALF)
-    wl1, wh1, wl2, wh2 = wl0, wh0, wl0, wh0
-    a0l = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
-    a0h = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
-    if W1 > 0:
-        wl1, wh1 = _pair_weights(w, j1, offset, W1, HAS_WEIGHT, HALF)
-        a1l = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
-        a1h = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
-    if W2 > 0:
-        wl2, wh2 = _pair_weights(w, j2, offset, W2, HAS_WEIGHT, HALF)
-        a2l = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
-        a2h = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
-        if CHECK_A:
-            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
-        else:
-            r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
-        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
-        xl0, xh0, dl0, dh0, vl0, vh0, c = _pair_grad(x, dy, ia, ib, 0, rstd, wl0, wh0, TILE_A, TILE_B, W0, c0, HALF)
-        if W1 > 0:
-            xl1, xh1, dl1, dh1, vl1, vh1, part = _pair_grad(x, dy, ia, ib, j1, rstd, wl1, wh1, TILE_A, TILE_B, W1, c1,
-                                                            HALF)  # fmt: skip
-            c = c + part
-        if W2 > 0:
-            xl2, xh2, dl2, dh2, vl2, vh2, part = _pair_grad(x, dy, ia, ib, j2, rstd, wl2, wh2, TILE_A, TILE_B, W2, c2,
-                                                            HALF)  # fmt: skip
-            c = c + part
-        c = c / n
-        _pair_dx(dx, ia, ib, 0, xl0, xh0, vl0, vh0, c, rstd, c0, HALF)
+def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
+                  STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
+    of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
+    within it)."""
+    n = x.shape[2]
+    b = x.shape[1]
+    full = n // TILE_N
+    for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
+        ia, ib = _tile(t, b)
+        ss = ct.zeros((1, 1, 1), dtype=ct.float32)
+        for j in range(full):
+            ss += _sum_sq(_long_chunk(x, ia, ib, j, TILE_N, False, LOADS))
+        if full * TILE_N < n:
+            ss += _sum_sq(_long_chunk(x, ia, ib, full, TILE_N, True, LOADS))
+        rstd = _rstd(ss, n, eps, LOADS)
+        for j in range(full):
+            _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
+        if full * TILE_N < n:
+            _long_y(x, w, y, ia, ib, full, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True, LOADS)
+        if STORE_RSTD:
+            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
+
+
+@ct.function
+def _long_wdy_x(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
+    """Chunk j's share of sum(wdy * x) of row (ia, ib)."""
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
+
+
+@ct.kernel
+def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+    """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
+    fp32); blocks stride over the rows."""
+    n = x.shape[2]
+    b = x.shape[1]
+    full = n // TILE_N
+    for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
+        ia, ib = _tile(t, b)
+        acc = ct.zeros((1, 1, 1), dtype=ct.float32)
+        for j in range(full):
+            acc += _long_wdy_x(x, dy, w, ia, ib, j, offset, TILE_N, HAS_WEIGHT, False, LOADS)
+        if full * TILE_N < n:
+            acc += _long_wdy_x(x, dy, w, ia, ib, full, offset, TILE_N, HAS_WEIGHT, True, LOADS)
+        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+        ct.store(c_out, (ia, ib), ct.reshape(_mean(acc * rstd, n, LOADS), (1, 1)), allow_tma=False)
+
+
+@ct.function
+def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
+                    ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """Block (g, j) of rows_bwd_long."""
+    b = x.shape[1]
+    j = ct.bid(1)
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)
+    for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
+        ia, ib = _tile(t, b)
+        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+        c = ct.reshape(ct.load(c_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+        xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
+        dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+        _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
         if HAS_WEIGHT:
-            a0l += _dw(dl0, xl0, hd, ROUND_XHAT)
-            a0h += _dw(dh0, xh0, hd, ROUND_XHAT)
-        if W1 > 0:
-            _pair_dx(dx, ia, ib, j1, xl1, xh1, vl1, vh1, c, rstd, c1, HALF)
-            if HAS_WEIGHT:
-                a1l += _dw(dl1, xl1, hd, ROUND_XHAT)
-                a1h += _dw(dh1, xh1, hd, ROUND_XHAT)
-        if W2 > 0:
-            _pair_dx(dx, ia, ib, j2, xl2, xh2, vl2, vh2, c, rstd, c2, HALF)
-            if HAS_WEIGHT:
-                a2l += _dw(dl2, xl2, hd, ROUND_XHAT)
-                a2h += _dw(dh2, xh2, hd, ROUND_XHAT)
+            acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
-        _store_dw_pair(dw_partial, 0, a0l, a0h, W0, CHECK_N and W1 == 0)
-        if W1 > 0:
-            _store_dw_pair(dw_partial, j1, a1l, a1h, W1, CHECK_N and W2 == 0)
-        if W2 > 0:
-            _store_dw_pair(dw_partial, j2, a2l, a2h, W2, CHECK_N)
+        ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
+
+
+@ct.kernel
+def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
+                  ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
+    writes dx of chunk j of rows g, g + G, ... and their dW into dw_partial[g, chunk j] ((G,
+    chunks x TILE_N) fp32, whole chunks: the padded columns, past N, sum to nothing the
+    reduction stores). Its dW is deterministic: fixed rows per block."""
+    if (ct.bid(1) + 1) * TILE_N <= x.shape[2]:
+        _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, LOADS)
+    else:
+        _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N, HAS_WEIGHT, ROUND_XHAT, True, LOADS)

@@ -75,7 +75,18 @@ whether a tile can overhang A, neither of which changes a row's arithmetic.
 import functools
 from dataclasses import dataclass
 
-__all__ = ["MAX_ROW_ELEMS", "RowsPlan", "backward_by_default", "pieces", "plan", "short_view_rows", "unaligned"]
+from cutile_rms.rows.kernels import LOADS_GATHER, LOADS_PLAIN
+
+__all__ = [
+    "MAX_ROW_ELEMS",
+    "RowsPlan",
+    "backward_by_default",
+    "long_plan",
+    "pieces",
+    "plan",
+    "short_view_rows",
+    "unaligned",
+]
 
 OPS = ("forward", "backward")
 MAX_PIECES = 3
@@ -103,6 +114,31 @@ DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs
 # length measured (bf16 510 174 / 991 us, 2265 86 / 204; fp32 133 216 / 386; the same on rows
 # that are: fp32 292, 1168 bytes, 167-200 vs the core's 199 forward, but backward 310 vs 286).
 ALIGN_BYTES = 16
+# Unaligned rows read through gathers (kernels.LOADS_GATHER): in tiles of several rows every
+# piece, in one-row tiles of 16-bit rows the checked last piece (fp32 one-row tiles keep plain
+# loads). Session 16, H200, graph replay (bench/NOTES.md): bf16 131586 x 510 forward 178 -> 80 us,
+# 295633 x 227 464 -> 104, 81640 x 822 108 -> 78, backward 510 991 -> 207; one-row tiles, 16-bit,
+# persistent, gathered tail / plain: 3001 95 / 118, 5001 91 / 110, 13934 102 / 140, 8686 100 / 84;
+# fp32 plain one-row tiles beat gathered tails at 2265-8686 (132-137 vs 132-168 us). Gathered
+# rows shorter than MIN_PIECE_BYTES take at most GATHER_PIECES pieces of GATHER_GRANULE elements
+# or more: bf16 74 as 64 + 32 216 us (128: 256), 133 as 128 + 32 backward 359 (256: 489,
+# 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
+GATHER_PIECES = {2: 2, 4: 1}
+# Unaligned 16-bit rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
+# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps. The forward reads each row twice, the
+# second time from L2 if the rows in flight (SMs x blocks per SM) fit LONG_L2_SHARE of it
+# (L2_BYTES: 50 MiB on H100 and H200), which sets the blocks per SM (1-2 for rows of 50-128 KB),
+# so its chunks are large (16 KB) to keep bytes in flight; the backward runs a row-dot kernel,
+# then a (row groups x chunks) grid that keeps each chunk's dW in registers (SASS, sm_90: 104-112
+# registers at 8 KB chunks on 8 warps, no spills). Not yet timed (session 16): before them such rows ran on the
+# core kernels at 0.14-0.19x torch.compile (bf16 2656 x 25263). The backward of even lengths
+# stays on the core's packed backward (int32 words: 0.89-0.91x torch.compile at bf16 8686, 13934).
+LONG_CHUNK_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
+LONG_WARPS = {"forward": 8, "backward": 8}
+LONG_BWD_BLOCKS = 2
+L2_BYTES = 50 * 2**20
+LONG_L2_SHARE = 0.5
+GATHER_GRANULE = 32
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -132,7 +168,10 @@ def pieces(n: int, max_pieces: int = MAX_PIECES, min_piece: int = 1) -> tuple[in
 class RowsPlan:
     """What the launcher runs: row tiles of tile_a x tile_b rows, each row as ``widths`` (three
     piece widths, 0 for an absent piece), on ``grid`` blocks with the compiler hints
-    (occupancy, warps); check_a / check_n: a tile can overhang A / the pieces cover more than n."""
+    (occupancy, warps); check_a / check_n: a tile can overhang A / the pieces cover more than n;
+    loads: how the tiles are read and written (kernels.LOADS_*: plain, TMA or gather). kind
+    "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
+    of the backward's 2-D grid)."""
 
     op: str
     tile_a: int
@@ -143,7 +182,8 @@ class RowsPlan:
     grid: int
     check_a: bool
     check_n: bool
-    tma: bool = False
+    loads: int = LOADS_PLAIN
+    kind: str = "tile"
 
     @property
     def hints(self) -> tuple:
@@ -187,35 +227,56 @@ def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
     return base + per_row * width / threads + per_other * (rows - 1) * width / threads
 
 
+def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
+    """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above)."""
+    chunk = LONG_CHUNK_BYTES[op] // elem_size
+    rows = a * b
+    if op == "forward":
+        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
+        occupancy = _prev_pow2(max(1, min(MAX_BLOCKS_PER_SM, fit)))
+        grid = max(1, min(rows, num_sms * occupancy))
+    else:
+        occupancy = LONG_BWD_BLOCKS
+        grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
+    return RowsPlan(op, 1, 1, (chunk, 0, 0), LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, LOADS_GATHER,
+                    "long")  # fmt: skip
+
+
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
-         tma: bool = False, max_pieces: int | None = None, any_length: bool = False) -> RowsPlan | None:  # fmt: skip
+         loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
+         any_length: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
-    choice; any_length: plan rows of any length up to the longest)."""
+    choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
+    gathers for ``unaligned`` rows, plain loads for the rest)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
-    if unaligned(n, elem_size):
+    unal = unaligned(n, elem_size)
+    if unal:
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
-        if elem_size >= 4 and short and max_pieces is None:
-            max_pieces = 1  # one padded piece: fp32 133 216 us vs 349 as 128+4+1, 74 328 vs 461 (session 15)
+        if short and max_pieces is None:  # gathered multi-row tiles (GATHER_PIECES)
+            max_pieces, min_piece = GATHER_PIECES[min(elem_size, 4)], min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = MAX_PIECES
     if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None
-    ps = pieces(n, max_pieces, 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size)
+    if min_piece is None:
+        min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
+    ps = pieces(n, max_pieces, min_piece)
     if op == "forward" and row_bytes >= 2 * MIN_PIECE_BYTES and max_pieces >= 2:  # two pieces of 1 KB or more
         two = pieces(n, 2, MIN_PIECE_BYTES // 2 // elem_size)
         ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
-        return None
+        long = unal and elem_size < 4 and (op == "forward" or n % 2)  # even ones: the core's packed backward
+        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
@@ -241,9 +302,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if op == "forward" and resident == 1 and 7 * (1 << (n - 1).bit_length()) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
+    if loads is None:
+        loads = LOADS_GATHER if unal and (rows > 1 or elem_size < 4) else LOADS_PLAIN
     if persistent is None:
-        one_row = rows == 1 and elem_size == 2 and 2 * row_bytes >= TILE_BYTES[op]
-        persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1))
+        one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
+        persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
-    return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, tma)
+    return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads)

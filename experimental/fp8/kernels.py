@@ -29,6 +29,7 @@ import cuda.tile as ct
 from cutile_rms._launch import experimental_kernel
 from cutile_rms.rmsnorm.kernels import _normalize, _weight_row
 from cutile_rms.rows.kernels import (
+    LOADS_PLAIN,
     _add_piece,
     _add_row_tile,
     _load,
@@ -121,16 +122,17 @@ def _static_inverse(scale):
 @ct.kernel
 def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
                  W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL,
-                 FMT: C_INT, ADD_RESIDUAL: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL, TMA: C_BOOL):  # fmt: skip
+                 FMT: C_INT, ADD_RESIDUAL: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
     """y (FP8, (A, B, N)) of row tiles as in rows_fwd. DYNAMIC: the per-row scales into stat
     ((A, B) fp32; scale is a placeholder); else scale is the 1-element fp32 static scale and
     stat the 1-element int32 that receives amax's bits (zeroed by the caller). rstd ((A, B)
     fp32) with STORE_RSTD. ADD_RESIDUAL: the norm is of s = x + r (an fp32 add rounded once to
     s_out's dtype), stored to s_out; r and s_out are placeholders otherwise."""
     n = x.shape[2]
+    inv_n = 1.0 / n  # one division per block, not one per row: the kernels are issue-bound on short rows
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
     inv_s = ct.full((TILE_A, TILE_B, 1), 1.0, dtype=ct.float32)
     if not DYNAMIC:
         inv_s = ct.broadcast_to(_static_inverse(scale), (TILE_A, TILE_B, 1))
@@ -138,11 +140,11 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
         if ADD_RESIDUAL:
-            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA,
+            x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS,
                                            True)  # fmt: skip
         else:
-            x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, TMA)
-        rstd = ct.rsqrt(ss / n + eps)
+            x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
+        rstd = ct.rsqrt(ss * inv_n + eps)
         v0 = _value(x0, rstd, w0, CASTING, HAS_WEIGHT)
         amax = _row_amax(v0)
         if W1 > 0:
@@ -158,11 +160,11 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
             q = 1.0 / row_s
         else:
             block_max = ct.maximum(block_max, _all_max(amax))
-        _store(y, ia, ib, 0, _quantize(v0, q, y.dtype, FMT), c0)
+        _store(y, ia, ib, 0, _quantize(v0, q, y.dtype, FMT), c0, LOADS)
         if W1 > 0:
-            _store(y, ia, ib, j1, _quantize(v1, q, y.dtype, FMT), c1)
+            _store(y, ia, ib, j1, _quantize(v1, q, y.dtype, FMT), c1, LOADS)
         if W2 > 0:
-            _store(y, ia, ib, j2, _quantize(v2, q, y.dtype, FMT), c2)
+            _store(y, ia, ib, j2, _quantize(v2, q, y.dtype, FMT), c2, LOADS)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CHECK_A, allow_tma=False)
     if not DYNAMIC:
@@ -173,9 +175,9 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
 def _chunk(x, s_out, ia, ib, j, TILE_N: C_INT, ADD_RESIDUAL: C_BOOL):
     """Chunk j of the row being normalized: of s_out (stored by the first pass) with a residual."""
     if ADD_RESIDUAL:
-        return _load(s_out, ia, ib, j, 1, 1, TILE_N, True, False)
+        return _load(s_out, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN)
     else:
-        return _load(x, ia, ib, j, 1, 1, TILE_N, True, False)
+        return _load(x, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN)
 
 
 @experimental_kernel
@@ -187,6 +189,7 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
     TILE_N-wide chunks (zero-padded past N; stores past N are dropped). With ADD_RESIDUAL the
     first pass stores s = x + r and the later passes read it back from s_out."""
     n = x.shape[2]
+    inv_n = 1.0 / n  # one division per block, not one per row: the kernels are issue-bound on short rows
     b = x.shape[1]
     chunks = ct.cdiv(n, TILE_N)
     inv_s = ct.full((1, 1, 1), 1.0, dtype=ct.float32)
@@ -198,26 +201,26 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
         ss = ct.zeros((1, 1, 1), dtype=ct.float32)
         for j in range(chunks):
             if ADD_RESIDUAL:
-                ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, False, True))
+                ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN, True))
             else:
-                ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, False))
-        rstd = ct.rsqrt(ss / n + eps)
+                ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN))
+        rstd = ct.rsqrt(ss * inv_n + eps)
         q = inv_s
         if DYNAMIC:
             amax = ct.zeros((1, 1, 1), dtype=ct.float32)
             for j in range(chunks):
-                wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True)
+                wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN)
                 xt = _chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL)
                 amax = ct.maximum(amax, _row_amax(_value(xt, rstd, wp, CASTING, HAS_WEIGHT)))
             row_s = ct.maximum(amax / _fp8_max(FMT), MIN_SCALE)
             ct.store(stat, (ia, ib), ct.reshape(row_s, (1, 1)), allow_tma=False)
             q = 1.0 / row_s
         for j in range(chunks):
-            wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True)
+            wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN)
             v = _value(_chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL), rstd, wp, CASTING, HAS_WEIGHT)
             if not DYNAMIC:
                 block_max = ct.maximum(block_max, _all_max(ct.abs(v)))
-            _store(y, ia, ib, j, _quantize(v, q, y.dtype, FMT), True)
+            _store(y, ia, ib, j, _quantize(v, q, y.dtype, FMT), True, LOADS_PLAIN)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
     if not DYNAMIC:

@@ -19,7 +19,7 @@ __all__ = ["CHUNK", "PARAMS", "Fp8Plan", "arguments", "fp8_plan", "run_forward",
 _COMMON = ("x", "r", "w", "y", "s_out", "rstd_out", "scale", "stat", "eps", "offset")
 _FLAGS = ("CASTING", "HAS_WEIGHT", "STORE_RSTD", "DYNAMIC", "FMT", "ADD_RESIDUAL")
 PARAMS = {
-    "rows": _COMMON + ("TILE_A", "TILE_B", "W0", "W1", "W2") + _FLAGS + ("CHECK_A", "CHECK_N", "TMA"),
+    "rows": _COMMON + ("TILE_A", "TILE_B", "W0", "W1", "W2") + _FLAGS + ("CHECK_A", "CHECK_N", "LOADS"),
     "chunked": _COMMON + ("TILE_N",) + _FLAGS,
     "transpose": (
         "x",
@@ -72,7 +72,7 @@ def fp8_plan(a: int, b: int, n: int, elem_size: int, num_sms: int, transpose: bo
         slabs = -(-a // TRANSPOSE_TILE[0])
         return Fp8Plan("transpose", max(1, min(slabs, num_sms * TRANSPOSE_BLOCKS_PER_SM)), None)
     p = plan("forward", a, b, n, elem_size, num_sms, any_length=True)
-    if p is not None:
+    if p is not None and p.kind == "tile":
         return Fp8Plan("rows", p.grid, p)
     return Fp8Plan("chunked", max(1, min(a * b, num_sms * CHUNKED_BLOCKS_PER_SM)), None)
 
@@ -93,7 +93,7 @@ def constants(p: Fp8Plan, casting: int, has_weight: bool, store_rstd: bool, dyna
     r = p.rows
     w0, w1, w2 = r.widths
     return dict(values, TILE_A=r.tile_a, TILE_B=r.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=r.check_a, CHECK_N=r.check_n,
-                TMA=r.tma)  # fmt: skip
+                LOADS=r.loads)  # fmt: skip
 
 
 def run_forward(p: Fp8Plan, x, residual, weight, y, residual_out, rstd, scale, stat, eps: float, offset: float,

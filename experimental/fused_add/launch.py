@@ -83,7 +83,8 @@ def _rows_plan(x, r, s_like, mode, device):
     if mode not in (None, "rows"):
         return None
     m, n = x.shape
-    if any(RL.plan("forward", m, 1, n, es, device.num_sms) is None for es in {x.itemsize, r.itemsize, s_like.itemsize}):
+    plans = [RL.plan("forward", m, 1, n, es, device.num_sms) for es in {x.itemsize, r.itemsize, s_like.itemsize, 4}]
+    if any(p is None or p.kind != "tile" for p in plans):  # the long-row kernels have no residual add
         return None
     return RL.plan("forward", m, 1, n, 4, device.num_sms)
 
