@@ -125,17 +125,20 @@ ALIGN_BYTES = 16
 # 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
 GATHER_PIECES = {2: 2, 4: 1}
 # Unaligned 16-bit rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
-# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps. The forward reads each row twice, the
-# second time from L2 if the rows in flight (SMs x blocks per SM) fit LONG_L2_SHARE of it
-# (L2_BYTES: 50 MiB on H100 and H200), which sets the blocks per SM (1-2 for rows of 50-128 KB),
-# so its chunks are large (16 KB) to keep bytes in flight; the backward runs a row-dot kernel,
-# then a (row groups x chunks) grid that keeps each chunk's dW in registers (SASS, sm_90: 104-112
-# registers at 8 KB chunks on 8 warps, no spills). Not yet timed (session 16): before them such rows ran on the
-# core kernels at 0.14-0.19x torch.compile (bf16 2656 x 25263). The backward of even lengths
-# stays on the core's packed backward (int32 words: 0.89-0.91x torch.compile at bf16 8686, 13934).
+# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
+# spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
+# 25263, session 15). The forward reads each row twice, the second time from L2 if the rows in
+# flight (SMs x blocks per SM) fit LONG_L2_SHARE of it (L2_BYTES: 50 MiB on H100 and H200), which
+# sets the blocks per SM, at least LONG_MIN_BLOCKS; so its chunks are large (16 KB) to keep bytes
+# in flight. Session 16, H200, bf16: 2013 x 33333 and 2656 x 25263 at 2 blocks per SM 144 and
+# 140 us, 1.28-1.31x the best other provider; 1024 x 65535 at 1 block (16 KB in flight per SM)
+# 235 us, 0.61x torch.compile. The backward runs a row-dot kernel, then a (row groups x chunks)
+# grid that keeps each chunk's dW in registers: 1.15-1.30x torch.compile at 11111-65535. Even
+# lengths keep the core's packed backward (int32 words: 0.89-0.91x torch.compile at 8686, 13934).
 LONG_CHUNK_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
+LONG_MIN_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 GATHER_GRANULE = 32
@@ -233,7 +236,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
     rows = a * b
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
-        occupancy = _prev_pow2(max(1, min(MAX_BLOCKS_PER_SM, fit)))
+        occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(MAX_BLOCKS_PER_SM, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
     else:
         occupancy = LONG_BWD_BLOCKS
