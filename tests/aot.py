@@ -394,19 +394,18 @@ def _rows_jobs(add):
 
 
 def _long_jobs(add):
-    """The long-row kernels (unaligned 16-bit rows past the row tiles' longest): forward with
-    and without rstd, the backward's row dot and chunks, each casting mode and weight presence."""
+    """The long-row kernels (unaligned rows past the row tiles' longest): forward with and
+    without rstd, the backward's row dot and chunks, each casting mode and weight presence, each
+    element size's plan."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import long_plan
 
     rstd = arr("float32", 2, last_div=1)
+    cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
+             ("float32", K.CAST_GEMMA, True))  # fmt: skip
     for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
-        p = long_plan(op, 4099, 1, 25263, 2, 132)
-        for x, (casting, has_weight) in zip(
-            ("bfloat16", "float16", "bfloat16"),
-            ((K.CAST_LLAMA, True), (K.CAST_NONE, True), (K.CAST_GEMMA, False)),
-            strict=False,
-        ):
+        for x, casting, has_weight in cases:
+            p = long_plan(op, 4099, 1, 25263, ELEMENT_BYTES[x], 132)
             rows = arr(x, 3)
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,

@@ -124,7 +124,7 @@ ALIGN_BYTES = 16
 # or more: bf16 74 as 64 + 32 216 us (128: 256), 133 as 128 + 32 backward 359 (256: 489,
 # 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
 GATHER_PIECES = {2: 2, 4: 1}
-# Unaligned 16-bit rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
+# Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
 # 25263, session 15). The forward reads each row twice, the second time from L2 if the rows in
@@ -133,8 +133,10 @@ GATHER_PIECES = {2: 2, 4: 1}
 # in flight. Session 16, H200, bf16: 2013 x 33333 and 2656 x 25263 at 2 blocks per SM 144 and
 # 140 us, 1.28-1.31x the best other provider; 1024 x 65535 at 1 block (16 KB in flight per SM)
 # 235 us, 0.61x torch.compile. The backward runs a row-dot kernel, then a (row groups x chunks)
-# grid that keeps each chunk's dW in registers: 1.15-1.30x torch.compile at 11111-65535. Even
-# lengths keep the core's packed backward (int32 words: 0.89-0.91x torch.compile at 8686, 13934).
+# grid that keeps each chunk's dW in registers: 1.15-1.30x torch.compile at 11111-65535. The core
+# kernels ran such rows' backward at 0.06-0.09x the best other provider where they are even (bf16
+# 1994 x 33654, 3218 x 20852: its chunked backward) and fp32 ones at 0.47-0.65x (session 16,
+# random seed 57259388), so every unaligned row past the row tiles takes these kernels.
 LONG_CHUNK_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
@@ -278,8 +280,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
-        long = unal and elem_size < 4 and (op == "forward" or n % 2)  # even ones: the core's packed backward
-        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
+        return long_plan(op, a, b, n, elem_size, num_sms) if unal else None
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
