@@ -13,7 +13,7 @@ from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import MAX_ROW_ELEMS, backward_by_default, pieces, plan, unaligned
+from cutile_rms.rows.plan import MAX_ROW_ELEMS, OPS, backward_by_default, long_plan, pieces, plan, unaligned
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 EPS = 1e-6
@@ -132,9 +132,10 @@ CASES = [
 ]
 
 
-def _poisoned_run(x, dy, w, casting_mode, offset, **plan_keywords):
+def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
     """Forward then backward through the framework-free launchers, all outputs NaN-poisoned
-    (plan_keywords: rows.plan.plan's overrides)."""
+    (plans(device): the (forward, backward) plans to run, else the rules' with plan_keywords,
+    rows.plan.plan's overrides)."""
     dev = x.device
     a, b = row_groups(x)
     n = x.shape[-1]
@@ -146,8 +147,10 @@ def _poisoned_run(x, dy, w, casting_mode, offset, **plan_keywords):
 
     def run(device, stream):
         fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
+        fp = plans(device)[0] if plans else fp
         RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, code, device, stream)
         bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
+        bp = plans(device)[1] if plans else bp
         if bp is not None:
             part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
             RL.run_backward(bp, rows3(x, a, b), rows3(dy, a, b), w, rstd.view(a, b), dx.view(a, b, n), dw, offset,
@@ -189,10 +192,13 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     """y, rstd, dx and dw (NaN-poisoned first) of the long-row kernels against float64; x and dy
     are left as they were."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
-    assert plan("forward", 3, 1, n, es, SMS).kind == "long" and plan("backward", 3, 1, n, es, SMS).kind == "long"
+    assert plan("backward", 3, 1, n, es, SMS).kind == "long"
+    fwd = plan("forward", 3, 1, n, es, SMS)
+    assert fwd.kind == "long" if es == 2 else fwd is None  # fp32: the core's split forward
     x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0 = x.clone(), dy.clone()
-    out = _poisoned_run(x, dy, w, casting, offset)
+    a, b = row_groups(x)
+    out = _poisoned_run(x, dy, w, casting, offset, lambda d: [long_plan(op, a, b, n, es, d.num_sms) for op in OPS])
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
     tol = tolerances(dtype, None if w is None else w.dtype, casting)
     check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol)

@@ -136,7 +136,10 @@ GATHER_PIECES = {2: 2, 4: 1}
 # grid that keeps each chunk's dW in registers: 1.15-1.30x torch.compile at 11111-65535. The core
 # kernels ran such rows' backward at 0.06-0.09x the best other provider where they are even (bf16
 # 1994 x 33654, 3218 x 20852: its chunked backward) and fp32 ones at 0.47-0.65x (session 16,
-# random seed 57259388), so every unaligned row past the row tiles takes these kernels.
+# random seed 57259388), so every unaligned row past the row tiles takes the long backward (fp32
+# 1994 x 33654 522 -> 404 us, 1125 x 59642 481 -> 418, 7726 x 8686 703 -> 433; Quack 242-309),
+# and 16-bit ones the long forward; fp32 forwards keep the core's split kernels, which the long
+# forward did not beat (1994 x 33654 211 -> 261 us, 1125 x 59642 198 -> 289: ab/s16d, ab/s16e).
 LONG_CHUNK_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
@@ -280,7 +283,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
-        return long_plan(op, a, b, n, elem_size, num_sms) if unal else None
+        long = unal and (op == "backward" or elem_size < 4)  # fp32 forward: the core's split kernels
+        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
