@@ -253,11 +253,14 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [128, 133, 510, 2265, 3072, 4096, 5376])
+@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 2265, 3072, 4096, 5376, 25263])
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
-    on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece)."""
-    assert plan("forward", 20000, 1, n, torch.empty((), dtype=dtype).element_size(), SMS) is not None
+    on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece,
+    gathered tiles whose whole tiles skip the row checks, long rows)."""
+    es = torch.empty((), dtype=dtype).element_size()
+    if plan("forward", 20000, 1, n, es, SMS) is None:
+        pytest.skip(f"the row-tile rules leave {dtype} rows of {n} to the core kernels")
     g = torch.Generator().manual_seed(n)
     big = torch.randn(20000, n, generator=g).to("cuda", dtype)
     w = (1 + 0.1 * torch.randn(n, generator=g)).to("cuda", dtype)

@@ -67,9 +67,15 @@ the core backward), elsewhere only with ``mode="rows"``.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
+- unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
+  need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
+  long-row kernels (``long_plan``: 16-bit forward, every backward).
+
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
-whether a tile can overhang A, neither of which changes a row's arithmetic.
+whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
+loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
+a vector: the JIT proves no wider alignment either way).
 """
 
 import functools
@@ -116,7 +122,7 @@ DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs
 ALIGN_BYTES = 16
 # Unaligned rows read through gathers (kernels.LOADS_GATHER): in tiles of several rows every
 # piece, in one-row tiles of 16-bit rows the checked last piece (fp32 one-row tiles keep plain
-# loads). Session 16, H200, graph replay (bench/NOTES.md): bf16 131586 x 510 forward 178 -> 80 us,
+# loads). Session 16, H200, graph replay (bench/NOTES.md): bf16 131586 x 510 forward 178 -> 81 us,
 # 295633 x 227 464 -> 104, 81640 x 822 108 -> 78, backward 510 991 -> 207; one-row tiles, 16-bit,
 # persistent, gathered tail / plain: 3001 95 / 118, 5001 91 / 110, 13934 102 / 140, 8686 100 / 84;
 # fp32 plain one-row tiles beat gathered tails at 2265-8686 (132-137 vs 132-168 us). Gathered
