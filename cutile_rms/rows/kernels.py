@@ -14,11 +14,14 @@ grids: a grid of one block per row tile (each block runs the loop once) and a pe
 
 A row of N elements is held as up to three pieces W0 >= W1 >= W2 (powers of two; W1, W2 = 0
 when absent), at column tiles 0, W0 / W1 and (W0 + W1) / W2: 5376 = 4096 + 1024 + 256 pads no
-lane where one 8192-wide tile pads 34%. Loads are plain (TMA=False: straight to registers, 128
-bits wide when N is a multiple of 16 (what the JIT proves) and the rows are 16-byte aligned;
-bench/NOTES.md, sessions 11-12) or may go through TMA (TMA=True). Bounds are checked only where a tile can overhang:
-CHECK_A (TILE_A does not divide A) and CHECK_N (the pieces cover more than N: only the last
-piece can overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped.
+lane where one 8192-wide tile pads 34%. LOADS says how tiles are read (LOADS_* below): plain
+loads straight to registers (128 bits wide when N is a multiple of 16, what the JIT proves, and
+the rows are 16-byte aligned; bench/NOTES.md, sessions 11-12), loads that may go through TMA,
+or gathers for the checked pieces of rows that are not 16-byte aligned. Bounds are checked only
+where a tile can overhang: CHECK_A (TILE_A does not divide A; gathered kernels skip the check on
+the tiles wholly inside A) and CHECK_N (the pieces cover more than N: only the last piece can
+overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped. Rows
+longer than one block holds (plan.long_plan) run on the long-row kernels at the end.
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
 """
