@@ -123,7 +123,7 @@ ALIGN_BYTES = 16
 # Unaligned rows read through gathers (kernels.LOADS_GATHER): in tiles of several rows every
 # piece, in one-row tiles of 16-bit rows the checked last piece (fp32 one-row tiles keep plain
 # loads). Session 16, H200, graph replay (bench/NOTES.md): bf16 131586 x 510 forward 178 -> 81 us,
-# 295633 x 227 464 -> 104, 81640 x 822 108 -> 78, backward 510 991 -> 207; one-row tiles, 16-bit,
+# 295633 x 227 464 -> 119, 81640 x 822 108 -> 78, backward 510 991 -> 207; one-row tiles, 16-bit,
 # persistent, gathered tail / plain: 3001 95 / 118, 5001 91 / 110, 13934 102 / 140, 8686 100 / 84;
 # fp32 plain one-row tiles beat gathered tails at 2265-8686 (132-137 vs 132-168 us). Gathered
 # rows shorter than MIN_PIECE_BYTES take at most GATHER_PIECES pieces of GATHER_GRANULE elements
