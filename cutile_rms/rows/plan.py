@@ -265,7 +265,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
     choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
-    gathers for ``unaligned`` rows, plain loads for the rest)."""
+    the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES))."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
