@@ -130,6 +130,7 @@ ALIGN_BYTES = 16
 # or more: bf16 74 as 64 + 32 216 us (128: 256), 133 as 128 + 32 backward 359 (256: 489,
 # 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
 GATHER_PIECES = {2: 2, 4: 1}
+GATHER_GRANULE = 32
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -152,7 +153,6 @@ LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-GATHER_GRANULE = 32
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048

@@ -35,6 +35,7 @@ from cutile_rms.rows.kernels import (
     _load,
     _load_row_tile,
     _pieces,
+    _rstd,
     _store,
     _sum_sq,
     _tile,
@@ -129,7 +130,6 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
     fp32) with STORE_RSTD. ADD_RESIDUAL: the norm is of s = x + r (an fp32 add rounded once to
     s_out's dtype), stored to s_out; r and s_out are placeholders otherwise."""
     n = x.shape[2]
-    inv_n = 1.0 / n  # one division per block, not one per row: the kernels are issue-bound on short rows
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
@@ -144,7 +144,7 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
                                            True)  # fmt: skip
         else:
             x0, x1, x2, ss = _load_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
-        rstd = ct.rsqrt(ss * inv_n + eps)
+        rstd = _rstd(ss, n, eps, LOADS)
         v0 = _value(x0, rstd, w0, CASTING, HAS_WEIGHT)
         amax = _row_amax(v0)
         if W1 > 0:
@@ -189,7 +189,6 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
     TILE_N-wide chunks (zero-padded past N; stores past N are dropped). With ADD_RESIDUAL the
     first pass stores s = x + r and the later passes read it back from s_out."""
     n = x.shape[2]
-    inv_n = 1.0 / n  # one division per block, not one per row: the kernels are issue-bound on short rows
     b = x.shape[1]
     chunks = ct.cdiv(n, TILE_N)
     inv_s = ct.full((1, 1, 1), 1.0, dtype=ct.float32)
@@ -204,7 +203,7 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
                 ss = ss + _sum_sq(_add_piece(x, r, s_out, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN, True))
             else:
                 ss = ss + _sum_sq(_load(x, ia, ib, j, 1, 1, TILE_N, True, LOADS_PLAIN))
-        rstd = ct.rsqrt(ss * inv_n + eps)
+        rstd = ct.rsqrt(ss / n + eps)
         q = inv_s
         if DYNAMIC:
             amax = ct.zeros((1, 1, 1), dtype=ct.float32)
