@@ -387,8 +387,9 @@ def _rows_jobs(add):
         for op in ("forward", "backward"):
             # one-row tiles (a gathered last piece), gathered multi-row tiles, fp32's padded piece
             for x, es, n in (("bfloat16", 2, 3001), ("bfloat16", 2, 510), ("float16", 2, 74), ("float32", 4, 133)):
-                _rows_job(add, "unaligned", op, plan(op, 4099, 1, n, es, 132), x, x, b_one=False)
+                _rows_job(add, "unaligned", op, plan(op, 4099, 1, n, es, 132, lanes=False), x, x, b_one=False)
         _long_jobs(add)
+        _lanes_jobs(add)
     finally:
         _ALIGNED[0] = True
 
@@ -415,6 +416,28 @@ def _long_jobs(add):
             for name in kernels:
                 add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name][p.hints],
                     [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+
+
+def _lanes_jobs(add):
+    """rows_fwd_lanes (the forward of short unaligned rows): each element size's plans (W = 128
+    and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
+    presence, with and without rstd."""
+    from cutile_rms.rows import launch as RL
+    from cutile_rms.rows.plan import lanes_plan
+
+    rstd = arr("float32", 2, last_div=1)
+    cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
+             ("bfloat16", 81, K.CAST_GEMMA, False, True), ("float32", 81, K.CAST_GEMMA, True, True),
+             ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
+    for x, n, casting, has_weight, store in cases:
+        for b in (1, 6):
+            p = lanes_plan(4099, b, n, ELEMENT_BYTES[x], 132)
+            rows = arr(x, 3)
+            values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store, x=rows,
+                          y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, eps=F32, offset=F32)  # fmt: skip
+            params = [values[k] for k in RL.KERNELS["forward_lanes"][1]]
+            add(f"rows forward_lanes {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
+                RL._VARIANTS["forward_lanes"][p.hints], params)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

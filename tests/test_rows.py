@@ -13,7 +13,17 @@ from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import MAX_ROW_ELEMS, OPS, backward_by_default, long_plan, pieces, plan, unaligned
+from cutile_rms.rows.plan import (
+    MAX_ROW_ELEMS,
+    OPS,
+    backward_by_default,
+    lanes_fit,
+    lanes_plan,
+    long_plan,
+    pieces,
+    plan,
+    unaligned,
+)
 from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 EPS = 1e-6
@@ -22,7 +32,7 @@ SMS = 132
 
 def test_signatures_are_the_kernels():
     """The launchers' one spelling of each kernel's parameters is the kernel's own."""
-    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_long, K.rows_dot_long, K.rows_bwd_long} == {
+    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_long, K.rows_dot_long, K.rows_bwd_long, K.rows_fwd_lanes} == {
         k for k, _ in RL.KERNELS.values()
     }
     for kernel, params in RL.KERNELS.values():
@@ -205,6 +215,29 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
+# Short unaligned rows: the forward's lanes kernel (plan kind "lanes"), the backward's row tiles.
+LANES_CASES = [((37, 191), "2-D, odd M"), ((2, 3, 81), "3-D, B = 3"), ((5, 4, 65), "3-D, B = 4")]
+
+
+@pytest.mark.parametrize("shape,what", LANES_CASES, ids=[c[1] for c in LANES_CASES])
+@pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS, ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS])
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
+    """y and rstd of rows_fwd_lanes (and dx, dw of the backward after it), NaN-poisoned first,
+    against float64; x and dy are left as they were."""
+    n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0, dy0 = x.clone(), dy.clone()
+    a, b = row_groups(x)
+    out = _poisoned_run(x, dy, w, casting, offset, lambda d: (lanes_plan(a, b, n, es, d.num_sms),
+                                                              plan("backward", a, b, n, es, d.num_sms)))  # fmt: skip
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    check_all(
+        out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, None if w is None else w.dtype, casting)
+    )
+    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+
+
 LOADS_CASES = [
     ((37, 510), "unaligned, plain loads", K.LOADS_PLAIN),
     ((37, 512), "aligned, gathered", K.LOADS_GATHER),
@@ -356,8 +389,13 @@ def test_unaligned_rows_take_the_row_tiles():
         if n <= 8192:
             assert plan("backward", 9, 1, n, es, SMS) is not None, (n, es)
     assert plan("forward", 9, 1, 133, 4, SMS).widths == (256, 0, 0)
-    assert plan("forward", 9, 1, 74, 2, SMS).widths == (64, 32, 0)  # 16-bit: two pieces, as measured
-    assert plan("forward", 9, 1, 133, 2, SMS).widths == (128, 32, 0)
+    # the row-tile forward (lanes=False: fused add, FP8) and the backward: 16-bit rows as two pieces, as measured
+    assert (
+        plan("forward", 9, 1, 74, 2, SMS, lanes=False).widths
+        == (64, 32, 0)
+        == plan("backward", 9, 1, 74, 2, SMS).widths
+    )
+    assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
     assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # several rows a tile
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
     assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads
@@ -365,6 +403,30 @@ def test_unaligned_rows_take_the_row_tiles():
     for n, es in ((40, 2), (96, 2), (292, 4), (4096, 2)):
         assert not unaligned(n, es), (n, es)
     assert plan("forward", 9, 1, 40, 2, SMS) is None  # 80 bytes: a multiple of 16, left to the core
+
+
+def test_short_unaligned_forward_takes_the_lanes_kernel():
+    """The forward of unaligned rows padded to 128 elements .. 512 bytes runs rows_fwd_lanes:
+    W / 16 lanes of 16 elements a row, 4096 elements a tile, 4 blocks of 4 warps per SM, the
+    same tile whatever A (batch invariance); not longer or aligned rows, not the backward, not
+    where a keyword overrides the rules or a caller says lanes=False."""
+    for n, es, w, lanes, rows in ((65, 2, 128, 8, 32), (81, 2, 128, 8, 32), (191, 2, 256, 16, 16),
+                                  (255, 2, 256, 16, 16), (81, 4, 128, 8, 32), (127, 4, 128, 8, 32)):  # fmt: skip
+        assert lanes_fit(n, es), (n, es)
+        for a in (1, 7, 4099, 100000):
+            p = plan("forward", a, 1, n, es, SMS)
+            assert p == lanes_plan(a, 1, n, es, SMS) and p.kind == "lanes", (n, es, a)
+            assert (p.widths, p.lanes, p.tile_a * p.tile_b, p.warps, p.occupancy) == ((w, 0, 0), lanes, rows, 4, 4)
+            assert p.grid == min(-(-a // p.tile_a), 4 * SMS) and p.loads == K.LOADS_GATHER
+        assert plan("backward", 9, 1, n, es, SMS).kind == "tile"
+        assert plan("forward", 9, 1, n, es, SMS, lanes=False).kind == "tile"
+        assert plan("forward", 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
+    h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
+    assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 8, 2)
+    for n, es in ((63, 2), (257, 2), (510, 2), (128, 2), (192, 2), (63, 4), (133, 4), (128, 4)):
+        assert not lanes_fit(n, es), (n, es)
+        p = plan("forward", 9, 1, n, es, SMS)
+        assert p is None or p.kind == "tile", (n, es)
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 133), (torch.float16, 510), (torch.float32, 74)], ids=str)

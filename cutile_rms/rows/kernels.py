@@ -343,6 +343,47 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
             _store_dw(dw_partial, j2, a2, W2, CHECK_N)
 
 
+# Short rows that are not 16-byte aligned (plan.lanes_plan): the forward gathers a row tile as
+# (TILE_A, TILE_B, L, K), column l * K + k, so that tileiras lays it out with K lanes of one warp
+# a row and L elements a lane (an unaligned gather holds one element a lane along the last axis,
+# spreads the lanes along K and then over rows, and keeps L within each thread). Summed over L
+# first, a row's sum of squares takes log2(K) shuffles and no barrier. The (TILE_A, TILE_B, W)
+# tile as rows_fwd gathers it spreads each row over the whole block, so every thread holds
+# every row: SASS, bf16 32 x (128 + 64) of rows of 191, 44 instructions an element with 246
+# shuffles and 56 barriers a tile, against 16 for (16, 16, 16) here. y leaves through one
+# ct.store a loop iteration: tileiras 13.4 orders a ct.scatter (or a second store to y) after
+# the previous iteration's stores with a barrier per store instruction (bench/NOTES.md,
+# session 17).
+
+
+@ct.kernel
+def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
+                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
+    L * K >= N, the lanes past N load as 0 and their stores are dropped."""
+    n = x.shape[2]
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    c = ct.reshape(ct.arange(L, dtype=ct.int32) * K, (1, 1, L, 1)) + ct.reshape(ct.arange(K, dtype=ct.int32),
+                                                                               (1, 1, 1, K))  # fmt: skip
+    if HAS_WEIGHT:
+        wp = ct.astype(ct.gather(w, c, padding_value=0), ct.float32) + offset
+    else:
+        wp = ct.full((1, 1, L, K), 1.0, dtype=ct.float32)
+    inv_n = 1.0 / n
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1, 1))
+        rb = ct.reshape(ct.arange(TILE_B, dtype=ct.int32) + ib * TILE_B, (1, TILE_B, 1, 1))
+        xt = ct.gather(x, (ra, rb, c), padding_value=0)
+        f = ct.astype(xt, ct.float32)
+        ss = ct.sum(ct.sum(f * f, axis=2, keepdims=True), axis=3, keepdims=True)
+        rstd = ct.rsqrt(ss * inv_n + eps)
+        yt = ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype)
+        ct.store(y, (ia, ib, 0), ct.reshape(yt, (TILE_A, TILE_B, L * K)), allow_tma=False)
+        if STORE_RSTD:
+            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+
+
 # Rows longer than one block holds (plan.long_plan: unaligned 16-bit rows past the row tiles'
 # longest, which the core kernels could only load 2 bytes at a time behind a branch each, at
 # 0.14-0.19x torch.compile). One row at a time, in TILE_N-wide chunks: a chunk wholly inside the

@@ -16,8 +16,8 @@ from cutile_rms.rmsnorm.launch import HintVariants
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan, plan
 
-__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LONG_PARAMS", "arguments", "backward_values", "forward_values", "plan",
-           "run_backward", "run_forward"]  # fmt: skip
+__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments", "backward_values",
+           "forward_values", "lanes_values", "plan", "run_backward", "run_forward"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
@@ -31,10 +31,14 @@ LONG_PARAMS = {
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
+# The short unaligned rows' forward (plan kind "lanes").
+LANES_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING", "HAS_WEIGHT",
+                "STORE_RSTD")  # fmt: skip
 KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS),
            "forward_long": (K.rows_fwd_long, LONG_PARAMS["forward_long"]),
            "dot_long": (K.rows_dot_long, LONG_PARAMS["dot_long"]),
-           "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"])}  # fmt: skip
+           "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
+           "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS)}  # fmt: skip
 _VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
 
 
@@ -47,6 +51,11 @@ def _tile_values(p: RowsPlan) -> dict:
 
 def _long_values(p: RowsPlan) -> dict:
     return dict(TILE_N=p.widths[0], LOADS=p.loads)
+
+
+def lanes_values(p: RowsPlan) -> dict:
+    """rows_fwd_lanes' tile constants for a plan of kind "lanes"."""
+    return dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
 
 
 def forward_values(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool,
@@ -72,13 +81,14 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
     not stored, and s_dtype_like, any array of the sum's dtype, names it."""
     has_weight = weight is not None
-    if p.kind == "long":
+    if p.kind in ("long", "lanes"):
         if residual is not None:
-            raise ValueError("the long-row forward has no residual add")
-        values = dict(_long_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=rstd is not None, x=x,
-                      w=weight if has_weight else x, y=y, rstd_out=y if rstd is None else rstd, eps=float(eps),
-                      offset=float(offset))  # fmt: skip
-        launch(stream, (p.grid,), _VARIANTS["forward_long"][p.hints], arguments("forward_long", values))
+            raise ValueError(f"the {p.kind} forward has no residual add")
+        op = "forward_" + p.kind
+        values = dict(_long_values(p) if p.kind == "long" else lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight,
+                      STORE_RSTD=rstd is not None, x=x, w=weight if has_weight else x, y=y,
+                      rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
+        launch(stream, (p.grid,), _VARIANTS[op][p.hints], arguments(op, values))
         return
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = forward_values(p, casting, has_weight, rstd is not None, code)

@@ -69,7 +69,8 @@ the core backward), elsewhere only with ``mode="rows"``.
 
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
-  long-row kernels (``long_plan``: 16-bit forward, every backward).
+  long-row kernels (``long_plan``: 16-bit forward, every backward); the forward of short ones
+  (padded to at most 512 bytes, ``lanes_fit``), rows_fwd_lanes (``lanes_plan``).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
@@ -87,6 +88,8 @@ __all__ = [
     "MAX_ROW_ELEMS",
     "RowsPlan",
     "backward_by_default",
+    "lanes_fit",
+    "lanes_plan",
     "long_plan",
     "pieces",
     "plan",
@@ -153,6 +156,22 @@ LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
+# Short unaligned rows, forward (``lanes_plan``): kernels.rows_fwd_lanes, rows padded to W (a
+# power of two) of at most LANES_ROW_BYTES, each held by W / LANES_ELEMS lanes of LANES_ELEMS
+# elements, LANES_TILE_ELEMS elements a tile (32 a thread on 4 warps), LANES_OCCUPANCY blocks per
+# SM on a persistent grid. Session 17, H200, graph replay, against the gathered rows_fwd tiles
+# (inference forward, us): bf16 351355 x 191 153.9 -> 106.6 (16 x (16 x 16); best 94.2 at 16 x
+# (8 x 32)), 828504 x 81 166.2 -> 126.1 (32 x (16 x 8)), fp32 828504 x 81 199.7 -> 166.8; rows
+# of 1 KB did not gain (bf16 291, 338, 510: 103.2 / 111.1 / 81.0 against 106.9 / 98.6 / 83.0;
+# fp32 191 147.0 against 156.9). Fewer elements a lane lost (bf16 81 as 32 x (4 x 32): 174.7),
+# so did 8 blocks per SM and tiles where rows x lanes < 128 (a layout conversion in shared memory:
+# SASS).
+LANES_ROW_BYTES = WARP_ROW_BYTES
+LANES_MIN_ELEMS = 128  # the shortest padded row measured (bf16 and fp32 81)
+LANES_ELEMS = 16
+LANES_TILE_ELEMS = 4096
+LANES_OCCUPANCY = 4
+LANES_WARPS = 4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -185,7 +204,8 @@ class RowsPlan:
     (occupancy, warps); check_a / check_n: a tile can overhang A / the pieces cover more than n;
     loads: how the tiles are read and written (kernels.LOADS_*: plain, TMA or gather). kind
     "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
-    of the backward's 2-D grid)."""
+    of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
+    by ``lanes`` lanes of widths[0] // lanes elements."""
 
     op: str
     tile_a: int
@@ -198,6 +218,7 @@ class RowsPlan:
     check_n: bool
     loads: int = LOADS_PLAIN
     kind: str = "tile"
+    lanes: int = 0
 
     @property
     def hints(self) -> tuple:
@@ -256,20 +277,43 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
                     "long")  # fmt: skip
 
 
+def lanes_fit(n: int, elem_size: int) -> bool:
+    """Whether the forward of unaligned rows of n elements runs on rows_fwd_lanes (LANES_* above)."""
+    w = 1 << (n - 1).bit_length()
+    return unaligned(n, elem_size) and w >= LANES_MIN_ELEMS and w * elem_size <= LANES_ROW_BYTES
+
+
+def lanes_plan(a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
+    """The plan of rows_fwd_lanes (kind "lanes") for (a, b, n) rows (LANES_* above)."""
+    w = 1 << (n - 1).bit_length()
+    rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS // w))
+    tile_b = min(rows, b & -b)
+    tile_a = rows // tile_b
+    tiles = -(-a // tile_a) * (b // tile_b)
+    grid = max(1, min(tiles, num_sms * LANES_OCCUPANCY))
+    return RowsPlan("forward", tile_a, tile_b, (w, 0, 0), LANES_WARPS, LANES_OCCUPANCY, grid, a % tile_a != 0, w != n,
+                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
+
+
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
-         any_length: bool = False) -> RowsPlan | None:  # fmt: skip
+         any_length: bool = False, lanes: bool | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
     choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
-    the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES))."""
+    the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES);
+    lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
+    overrides the rules, False for callers whose kernels have only the row-tile layout)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
+    overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
+    if op == "forward" and (lanes or (lanes is None and not overridden and lanes_fit(n, elem_size))):
+        return lanes_plan(a, b, n, elem_size, num_sms)
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
