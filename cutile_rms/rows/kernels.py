@@ -404,6 +404,33 @@ def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS
     _store(y, ia, ib, j, ct.astype(yt, y.dtype), CHECK, LOADS)
 
 
+@ct.function
+def _long_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
+               LOADS: C_INT):  # fmt: skip
+    """Chunk j's share of row (ia, ib)'s sum: of x^2, or with DOT of wdy * x."""
+    if DOT:
+        wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+        xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+        dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+        return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
+    else:
+        return _sum_sq(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS))
+
+
+@ct.function
+def _long_row_sum(x, dy, w, ia, ib, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+    """(1, 1, 1) fp32 sum over row (ia, ib) of _long_term: the whole chunks unchecked, then the
+    last one, past N, checked."""
+    n = x.shape[2]
+    full = n // TILE_N
+    acc = ct.zeros((1, 1, 1), dtype=ct.float32)
+    for j in range(full):
+        acc += _long_term(x, dy, w, ia, ib, j, offset, TILE_N, DOT, HAS_WEIGHT, False, LOADS)
+    if full * TILE_N < n:
+        acc += _long_term(x, dy, w, ia, ib, full, offset, TILE_N, DOT, HAS_WEIGHT, True, LOADS)
+    return acc
+
+
 @ct.kernel
 def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
                   STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
@@ -415,12 +442,7 @@ def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
     full = n // TILE_N
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        ss = ct.zeros((1, 1, 1), dtype=ct.float32)
-        for j in range(full):
-            ss += _sum_sq(_long_chunk(x, ia, ib, j, TILE_N, False, LOADS))
-        if full * TILE_N < n:
-            ss += _sum_sq(_long_chunk(x, ia, ib, full, TILE_N, True, LOADS))
-        rstd = _rstd(ss, n, eps, LOADS)
+        rstd = _rstd(_long_row_sum(x, x, w, ia, ib, offset, TILE_N, False, False, LOADS), n, eps, LOADS)
         for j in range(full):
             _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
         if full * TILE_N < n:
@@ -429,29 +451,15 @@ def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@ct.function
-def _long_wdy_x(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
-    """Chunk j's share of sum(wdy * x) of row (ia, ib)."""
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
-    xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-    return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
-
-
 @ct.kernel
 def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
     fp32); blocks stride over the rows."""
     n = x.shape[2]
     b = x.shape[1]
-    full = n // TILE_N
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        acc = ct.zeros((1, 1, 1), dtype=ct.float32)
-        for j in range(full):
-            acc += _long_wdy_x(x, dy, w, ia, ib, j, offset, TILE_N, HAS_WEIGHT, False, LOADS)
-        if full * TILE_N < n:
-            acc += _long_wdy_x(x, dy, w, ia, ib, full, offset, TILE_N, HAS_WEIGHT, True, LOADS)
+        acc = _long_row_sum(x, dy, w, ia, ib, offset, TILE_N, True, HAS_WEIGHT, LOADS)
         rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
         ct.store(c_out, (ia, ib), ct.reshape(_mean(acc * rstd, n, LOADS), (1, 1)), allow_tma=False)
 

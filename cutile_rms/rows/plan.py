@@ -181,6 +181,10 @@ def _prev_pow2(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
+def _next_pow2(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
+
+
 def pieces(n: int, max_pieces: int = MAX_PIECES, min_piece: int = 1) -> tuple[int, ...]:
     """Powers of two, largest first, covering n in at most max_pieces with the least padding,
     none narrower than min_piece unless n itself is: n rounded up to a multiple of the smallest
@@ -279,13 +283,13 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
 
 def lanes_fit(n: int, elem_size: int) -> bool:
     """Whether the forward of unaligned rows of n elements runs on rows_fwd_lanes (LANES_* above)."""
-    w = 1 << (n - 1).bit_length()
+    w = _next_pow2(n)
     return unaligned(n, elem_size) and w >= LANES_MIN_ELEMS and w * elem_size <= LANES_ROW_BYTES
 
 
 def lanes_plan(a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
     """The plan of rows_fwd_lanes (kind "lanes") for (a, b, n) rows (LANES_* above)."""
-    w = 1 << (n - 1).bit_length()
+    w = _next_pow2(n)
     rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS // w))
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
@@ -357,7 +361,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
                 occupancy = THREADS_PER_SM // 2 // threads  # 32 warps per SM, whatever the line says (see above)
         else:
             occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))  # x, dy
-    if op == "forward" and resident == 1 and 7 * (1 << (n - 1).bit_length()) <= 8 * n and not any_length:
+    if op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
     if loads is None:
