@@ -24,7 +24,7 @@ from cutile_rms.rows.plan import (
     plan,
     unaligned,
 )
-from tests.reference import check_all, make_inputs, nan_like, rms_norm_ref_grads, tolerances
+from tests.reference import check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 EPS = 1e-6
 SMS = 132
@@ -172,6 +172,12 @@ def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
     return {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
 
 
+def _few_rows(x, dy) -> dict:
+    """dW's floor over these cases' few rows (tests.reference.dw_term_scale): one large term can
+    outweigh rms(dW) (bf16 (3, 18434), none casting: 1 element of 18434 off by 2u of its term)."""
+    return {"dw": dw_term_scale(x, dy, EPS)}
+
+
 # The casting modes are one computation in fp32 (casting_code): fp32 runs one of them.
 DTYPE_CASTINGS = [(d, c) for d in (torch.bfloat16, torch.float16) for c in ("llama", "gemma", "none")]
 DTYPE_CASTINGS.append((torch.float32, "gemma"))
@@ -185,9 +191,8 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
     x0, dy0 = x.clone(), dy.clone()
     out = _poisoned_run(x, dy, w, casting, offset)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
-    check_all(
-        out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, None if w is None else w.dtype, casting)
-    )
+    tol = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
@@ -211,7 +216,7 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     out = _poisoned_run(x, dy, w, casting, offset, lambda d: [long_plan(op, a, b, n, es, d.num_sms) for op in OPS])
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
     tol = tolerances(dtype, None if w is None else w.dtype, casting)
-    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
@@ -232,9 +237,8 @@ def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     out = _poisoned_run(x, dy, w, casting, offset, lambda d: (lanes_plan(a, b, n, es, d.num_sms),
                                                               plan("backward", a, b, n, es, d.num_sms)))  # fmt: skip
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
-    check_all(
-        out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, None if w is None else w.dtype, casting)
-    )
+    tol = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
@@ -254,7 +258,7 @@ def test_rows_loads_either_way(dev, shape, what, loads, dtype, gen):
     x, dy, w = make_inputs(shape, dtype, dev, has_weight=True, generator=gen)
     out = _poisoned_run(x, dy, w, "llama", 0.0, loads=loads)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
-    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, w.dtype, "llama"))
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, w.dtype, "llama"), _few_rows(x, dy))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
