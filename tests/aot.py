@@ -419,9 +419,9 @@ def _long_jobs(add):
 
 
 def _lanes_jobs(add):
-    """rows_fwd_lanes (the forward of short unaligned rows): each element size's plans (W = 128
-    and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
-    presence, with and without rstd."""
+    """The lanes kernels (short unaligned rows), forward and backward: each element size's plans
+    (W = 128 and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
+    presence, the forward with and without rstd."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import lanes_plan
 
@@ -431,13 +431,16 @@ def _lanes_jobs(add):
              ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
     for x, n, casting, has_weight, store in cases:
         for b in (1, 6):
-            p = lanes_plan(4099, b, n, ELEMENT_BYTES[x], 132)
-            rows = arr(x, 3)
-            values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store, x=rows,
-                          y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, eps=F32, offset=F32)  # fmt: skip
-            params = [values[k] for k in RL.KERNELS["forward_lanes"][1]]
-            add(f"rows forward_lanes {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
-                RL._VARIANTS["forward_lanes"][p.hints], params)  # fmt: skip
+            for op in ("forward", "backward"):
+                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
+                rows = arr(x, 3)
+                name = op + "_lanes"
+                values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store,
+                              ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows, y=rows, dy=rows, dx=rows,
+                              w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
+                              dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
+                add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
+                    RL._VARIANTS[name][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

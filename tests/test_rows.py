@@ -32,9 +32,15 @@ SMS = 132
 
 def test_signatures_are_the_kernels():
     """The launchers' one spelling of each kernel's parameters is the kernel's own."""
-    assert {K.rows_fwd, K.rows_bwd, K.rows_fwd_long, K.rows_dot_long, K.rows_bwd_long, K.rows_fwd_lanes} == {
-        k for k, _ in RL.KERNELS.values()
-    }
+    assert {
+        K.rows_fwd,
+        K.rows_bwd,
+        K.rows_fwd_long,
+        K.rows_dot_long,
+        K.rows_bwd_long,
+        K.rows_fwd_lanes,
+        K.rows_bwd_lanes,
+    } == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
 
@@ -220,22 +226,26 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
-# Short unaligned rows: the forward's lanes kernel (plan kind "lanes"), the backward's row tiles.
-LANES_CASES = [((37, 191), "2-D, odd M"), ((2, 3, 81), "3-D, B = 3"), ((5, 4, 65), "3-D, B = 4")]
+# Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
+LANES_CASES = [
+    ((37, 191), "2-D, odd M"),
+    ((2, 3, 81), "3-D, B = 3"),
+    ((5, 4, 65), "3-D, B = 4"),
+    ((11, 339), "2-D, W = 512"),
+]
 
 
 @pytest.mark.parametrize("shape,what", LANES_CASES, ids=[c[1] for c in LANES_CASES])
 @pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS, ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS])
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
-    """y and rstd of rows_fwd_lanes (and dx, dw of the backward after it), NaN-poisoned first,
-    against float64; x and dy are left as they were."""
+    """y, rstd, dx and dw of rows_fwd_lanes and rows_bwd_lanes, NaN-poisoned first, against
+    float64; x and dy are left as they were."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
     x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
     x0, dy0 = x.clone(), dy.clone()
     a, b = row_groups(x)
-    out = _poisoned_run(x, dy, w, casting, offset, lambda d: (lanes_plan(a, b, n, es, d.num_sms),
-                                                              plan("backward", a, b, n, es, d.num_sms)))  # fmt: skip
+    out = _poisoned_run(x, dy, w, casting, offset, lambda d: [lanes_plan(op, a, b, n, es, d.num_sms) for op in OPS])
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
     tol = tolerances(dtype, None if w is None else w.dtype, casting)
     check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
@@ -393,12 +403,8 @@ def test_unaligned_rows_take_the_row_tiles():
         if n <= 8192:
             assert plan("backward", 9, 1, n, es, SMS) is not None, (n, es)
     assert plan("forward", 9, 1, 133, 4, SMS).widths == (256, 0, 0)
-    # the row-tile forward (lanes=False: fused add, FP8) and the backward: 16-bit rows as two pieces, as measured
-    assert (
-        plan("forward", 9, 1, 74, 2, SMS, lanes=False).widths
-        == (64, 32, 0)
-        == plan("backward", 9, 1, 74, 2, SMS).widths
-    )
+    # the row tiles (lanes=False: fused add, FP8, probes): 16-bit rows as two pieces, as measured
+    assert {plan(op, 9, 1, 74, 2, SMS, lanes=False).widths for op in OPS} == {(64, 32, 0)}
     assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
     assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # several rows a tile
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
@@ -409,28 +415,38 @@ def test_unaligned_rows_take_the_row_tiles():
     assert plan("forward", 9, 1, 40, 2, SMS) is None  # 80 bytes: a multiple of 16, left to the core
 
 
-def test_short_unaligned_forward_takes_the_lanes_kernel():
-    """The forward of unaligned rows padded to 128 elements .. 512 bytes runs rows_fwd_lanes:
-    W / 16 lanes of 16 elements a row, 4096 elements a tile, 4 blocks of 4 warps per SM, the
-    same tile whatever A (batch invariance); not longer or aligned rows, not the backward, not
-    where a keyword overrides the rules or a caller says lanes=False."""
-    for n, es, w, lanes, rows in ((65, 2, 128, 8, 32), (81, 2, 128, 8, 32), (191, 2, 256, 16, 16),
-                                  (255, 2, 256, 16, 16), (81, 4, 128, 8, 32), (127, 4, 128, 8, 32)):  # fmt: skip
-        assert lanes_fit(n, es), (n, es)
-        for a in (1, 7, 4099, 100000):
-            p = plan("forward", a, 1, n, es, SMS)
-            assert p == lanes_plan(a, 1, n, es, SMS) and p.kind == "lanes", (n, es, a)
-            assert (p.widths, p.lanes, p.tile_a * p.tile_b, p.warps, p.occupancy) == ((w, 0, 0), lanes, rows, 4, 4)
-            assert p.grid == min(-(-a // p.tile_a), 4 * SMS) and p.loads == K.LOADS_GATHER
-        assert plan("backward", 9, 1, n, es, SMS).kind == "tile"
-        assert plan("forward", 9, 1, n, es, SMS, lanes=False).kind == "tile"
-        assert plan("forward", 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
+def test_short_unaligned_rows_take_the_lanes_kernels():
+    """Unaligned rows padded to 128 elements .. 512 bytes run on the lanes kernels, forward and
+    backward: W / 16 lanes of 16 elements a row, 4096 (forward) or 2048 (backward) elements a
+    tile, 4 blocks of 4 warps per SM, the same tile whatever A (batch invariance); the backward
+    also rows padded to 1 KB, unless the row tiles' pieces pad less than W / 1.4; not longer or
+    aligned rows, not where a keyword overrides the rules or a caller says lanes=False."""
+    both = ("forward", "backward")
+    for n, es, w, lanes, ops in ((65, 2, 128, 8, both), (81, 2, 128, 8, both), (191, 2, 256, 16, both),
+                                 (255, 2, 256, 16, both), (81, 4, 128, 8, both), (127, 4, 128, 8, both),
+                                 (510, 2, 512, 32, ("backward",)), (338, 2, 512, 32, ("backward",)),
+                                 (133, 4, 256, 16, ("backward",)), (255, 4, 256, 16, ("backward",))):  # fmt: skip
+        for op in ops:
+            assert lanes_fit(n, es, op), (n, es, op)
+            tile = {"forward": 4096, "backward": 2048}[op]
+            for a in (1, 7, 4099, 100000):
+                p = plan(op, a, 1, n, es, SMS)
+                assert p == lanes_plan(op, a, 1, n, es, SMS) and p.kind == "lanes", (n, es, a)
+                assert (p.widths, p.lanes, p.tile_a * p.tile_b, p.warps, p.occupancy) == ((w, 0, 0), lanes, tile // w,
+                                                                                          4, 4)  # fmt: skip
+                assert p.grid == min(-(-a // p.tile_a), 4 * SMS) and p.loads == K.LOADS_GATHER
+            assert plan(op, 9, 1, n, es, SMS, lanes=False).kind == "tile"
+            assert plan(op, 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
     assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 8, 2)
-    for n, es in ((63, 2), (257, 2), (510, 2), (128, 2), (192, 2), (63, 4), (133, 4), (128, 4)):
-        assert not lanes_fit(n, es), (n, es)
-        p = plan("forward", 9, 1, n, es, SMS)
-        assert p is None or p.kind == "tile", (n, es)
+    # 284 = 256 + 32 and 300 = 256 + 64 pad less than 512 / 1.4 as row-tile pieces
+    for n, es, ops in ((63, 2, both), (257, 2, both), (284, 2, both), (300, 2, both), (510, 2, ("forward",)),
+                       (128, 2, both), (192, 2, both), (63, 4, both), (133, 4, ("forward",)), (257, 4, both),
+                       (128, 4, both)):  # fmt: skip
+        for op in ops:
+            assert not lanes_fit(n, es, op), (n, es, op)
+            p = plan(op, 9, 1, n, es, SMS)
+            assert p is None or p.kind == "tile", (n, es, op)
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 133), (torch.float16, 510), (torch.float32, 74)], ids=str)

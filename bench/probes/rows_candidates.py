@@ -45,7 +45,7 @@ def plan_of(c, persistent=None):
 
     return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c["tile_rows"], warps=c["warps"],
                 occupancy=c["occupancy"], persistent=persistent, max_pieces=c["max_pieces"], loads=c.get("loads"),
-                min_piece=c.get("min_piece"),
+                min_piece=c.get("min_piece"), lanes=c.get("lanes"),
                 any_length=True)  # fmt: skip
 
 

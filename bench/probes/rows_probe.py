@@ -72,7 +72,7 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
     code = 0 if x.dtype != torch.float32 else 1
     info = device_info(0)
     p = _plan(c)
-    part = torch.empty((p.grid, n), device="cuda")
+    part = torch.empty((p.grid, p.widths[0] if p.kind == "lanes" else n), device="cuda")
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code,
             lambda shape: part)  # fmt: skip
     return p, lambda: RL.run_backward(*args, info, torch.cuda.current_stream().cuda_stream)
@@ -186,8 +186,9 @@ def warm_all(shapes, cands):
 
 
 def _loads_label(c):
-    """A candidate that names its loads (rows.kernels.LOADS_*) is labelled by them."""
-    return "" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]]
+    """A candidate that names its loads (rows.kernels.LOADS_*) or the lanes kernels is labelled by them."""
+    lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "")
+    return lanes + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
 def _tol(dtype):

@@ -343,7 +343,7 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
             _store_dw(dw_partial, j2, a2, W2, CHECK_N)
 
 
-# Short rows that are not 16-byte aligned (plan.lanes_plan): the forward gathers a row tile as
+# Short rows that are not 16-byte aligned (plan.lanes_plan): the kernels gather a row tile as
 # (TILE_A, TILE_B, L, K), column l * K + k, so that tileiras lays it out with K lanes of one warp
 # a row and L elements a lane (an unaligned gather holds one element a lane along the last axis,
 # spreads the lanes along K and then over rows, and keeps L within each thread). Summed over L
@@ -356,32 +356,90 @@ def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C
 # session 17).
 
 
+@ct.function
+def _lane_columns(L: C_INT, K: C_INT):
+    """(1, 1, L, K) column indices l * K + k of a lanes tile."""
+    return ct.reshape(ct.arange(L, dtype=ct.int32) * K, (1, 1, L, 1)) + ct.reshape(ct.arange(K, dtype=ct.int32),
+                                                                                   (1, 1, 1, K))  # fmt: skip
+
+
+@ct.function
+def _lane_indices(ia, ib, c, TILE_A: C_INT, TILE_B: C_INT):
+    """Gather indices of lanes tile (ia, ib) with columns c."""
+    ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1, 1))
+    rb = ct.reshape(ct.arange(TILE_B, dtype=ct.int32) + ib * TILE_B, (1, TILE_B, 1, 1))
+    return ra, rb, c
+
+
+@ct.function
+def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL):
+    """(1, 1, L, K) fp32 offset + w at columns c (1 without a weight; 0 + offset past N)."""
+    if HAS_WEIGHT:
+        return ct.astype(ct.gather(w, c, padding_value=0), ct.float32) + offset
+    else:
+        return ct.full((1, 1, L, K), 1.0, dtype=ct.float32)
+
+
+@ct.function
+def _lane_sum(t):
+    """(TILE_A, TILE_B, 1, 1) sums of a lanes tile's rows: over L within each lane, then over
+    the K lanes (shuffles within one warp)."""
+    return ct.sum(ct.sum(t, axis=2, keepdims=True), axis=3, keepdims=True)
+
+
+@ct.function
+def _store_lanes(a, ia, ib, t):
+    """Lanes tile t into row tile (ia, ib) of a, with one ct.store (see above); the columns past
+    N and the rows past A are dropped."""
+    s = t.shape
+    ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
+
+
 @ct.kernel
 def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
                    HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped."""
-    n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    c = ct.reshape(ct.arange(L, dtype=ct.int32) * K, (1, 1, L, 1)) + ct.reshape(ct.arange(K, dtype=ct.int32),
-                                                                               (1, 1, 1, K))  # fmt: skip
-    if HAS_WEIGHT:
-        wp = ct.astype(ct.gather(w, c, padding_value=0), ct.float32) + offset
-    else:
-        wp = ct.full((1, 1, L, K), 1.0, dtype=ct.float32)
-    inv_n = 1.0 / n
+    c = _lane_columns(L, K)
+    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT)
+    inv_n = 1.0 / x.shape[2]
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1, 1))
-        rb = ct.reshape(ct.arange(TILE_B, dtype=ct.int32) + ib * TILE_B, (1, TILE_B, 1, 1))
-        xt = ct.gather(x, (ra, rb, c), padding_value=0)
+        xt = ct.gather(x, _lane_indices(ia, ib, c, TILE_A, TILE_B), padding_value=0)
         f = ct.astype(xt, ct.float32)
-        ss = ct.sum(ct.sum(f * f, axis=2, keepdims=True), axis=3, keepdims=True)
-        rstd = ct.rsqrt(ss * inv_n + eps)
-        yt = ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype)
-        ct.store(y, (ia, ib, 0), ct.reshape(yt, (TILE_A, TILE_B, L * K)), allow_tma=False)
+        rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
+        _store_lanes(y, ia, ib, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+
+
+@ct.kernel
+def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
+                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL):  # fmt: skip
+    """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
+    through one ct.store an iteration, and this block's dW, summed in a lanes-shaped accumulator,
+    goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0)."""
+    tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    c = _lane_columns(L, K)
+    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT)
+    inv_n = 1.0 / x.shape[2]
+    acc = ct.zeros((TILE_A, TILE_B, L, K), dtype=ct.float32)
+    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+        ia, ib = _tile(t, tiles_b)
+        idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
+        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1, 1))
+        xhat = ct.astype(ct.gather(x, idx, padding_value=0), ct.float32) * rstd
+        dyf = ct.astype(ct.gather(dy, idx, padding_value=0), ct.float32)
+        wdy = dyf * wp
+        cm = _lane_sum(wdy * xhat) * inv_n
+        _store_lanes(dx, ia, ib, ct.astype((wdy - xhat * cm) * rstd, dx.dtype))
+        if HAS_WEIGHT:
+            acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+    if HAS_WEIGHT:
+        total = ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True)
+        ct.store(dw_partial, (ct.bid(0), 0), ct.reshape(total, (1, L * K)), allow_tma=False)
 
 
 # Rows longer than one block holds (plan.long_plan: unaligned 16-bit rows past the row tiles'

@@ -31,14 +31,19 @@ LONG_PARAMS = {
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
-# The short unaligned rows' forward (plan kind "lanes").
-LANES_PARAMS = ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING", "HAS_WEIGHT",
-                "STORE_RSTD")  # fmt: skip
+# The short unaligned rows' kernels (plan kind "lanes"), by op.
+LANES_PARAMS = {
+    "forward_lanes": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING",
+                      "HAS_WEIGHT", "STORE_RSTD"),
+    "backward_lanes": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "L", "K",
+                       "HAS_WEIGHT", "ROUND_XHAT"),
+}  # fmt: skip
 KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS),
            "forward_long": (K.rows_fwd_long, LONG_PARAMS["forward_long"]),
            "dot_long": (K.rows_dot_long, LONG_PARAMS["dot_long"]),
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
-           "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS)}  # fmt: skip
+           "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
+           "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
 _VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
 
 
@@ -54,7 +59,7 @@ def _long_values(p: RowsPlan) -> dict:
 
 
 def lanes_values(p: RowsPlan) -> dict:
-    """rows_fwd_lanes' tile constants for a plan of kind "lanes"."""
+    """The lanes kernels' tile constants for a plan of kind "lanes"."""
     return dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
 
 
@@ -108,14 +113,23 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
     if p.kind == "long":
         _run_backward_long(p, x, dy, weight, rstd, dx, dw, offset, casting, empty_f32, device, stream)
         return
-    partial = empty_f32((p.grid, n)) if has_weight else None
-    values = backward_values(p, has_weight, has_weight and casting != CK.CAST_GEMMA)
+    lanes = p.kind == "lanes"
+    partial = empty_f32((p.grid, p.widths[0] if lanes else n)) if has_weight else None
+    op = "backward_lanes" if lanes else "backward"
+    round_xhat = has_weight and casting != CK.CAST_GEMMA
+    values = dict(lanes_values(p), HAS_WEIGHT=has_weight, ROUND_XHAT=round_xhat) if lanes else backward_values(
+        p, has_weight, round_xhat)  # fmt: skip
     values.update(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
-    launch(stream, (p.grid,), _VARIANTS["backward"][p.hints], arguments("backward", values))
+    launch(stream, (p.grid,), _VARIANTS[op][p.hints], arguments(op, values))
     if has_weight:
-        reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), device.num_sms * REDUCE_BLOCKS_PER_SM))
-        launch(stream, (reduce_grid,), CK.dw_reduce, (partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
+        _reduce_dw(partial[:, :n], dw, device, stream)  # lanes: the first n of W columns (rows 16-byte aligned)
+
+
+def _reduce_dw(partial, dw, device, stream) -> None:
+    """dw = the sum of the (G, N) fp32 dW partials' rows (the core's dw_reduce)."""
+    reduce_grid = max(1, min(-(-partial.shape[1] // REDUCE_TILE_N), device.num_sms * REDUCE_BLOCKS_PER_SM))
+    launch(stream, (reduce_grid,), CK.dw_reduce, (partial, dw, REDUCE_TILE_G, REDUCE_TILE_N))
 
 
 def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
@@ -135,6 +149,4 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     launch(stream, (dot_grid,), _VARIANTS["dot_long"][p.hints], arguments("dot_long", values))
     launch(stream, (p.grid, chunks), _VARIANTS["backward_long"][p.hints], arguments("backward_long", values))
     if has_weight:
-        reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), device.num_sms * REDUCE_BLOCKS_PER_SM))
-        # its first n columns (rows 16-byte aligned: the reduction loads them whole)
-        launch(stream, (reduce_grid,), CK.dw_reduce, (partial[:, :n], dw, REDUCE_TILE_G, REDUCE_TILE_N))
+        _reduce_dw(partial[:, :n], dw, device, stream)  # its first n columns (rows 16-byte aligned)

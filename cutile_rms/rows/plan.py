@@ -69,8 +69,8 @@ the core backward), elsewhere only with ``mode="rows"``.
 
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
-  long-row kernels (``long_plan``: 16-bit forward, every backward); the forward of short ones
-  (padded to at most 512 bytes, ``lanes_fit``), rows_fwd_lanes (``lanes_plan``).
+  long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
+  512 bytes forward, 1 KB backward, ``lanes_fit``) the lanes kernels (``lanes_plan``).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
@@ -156,22 +156,31 @@ LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-# Short unaligned rows, forward (``lanes_plan``): kernels.rows_fwd_lanes, rows padded to W (a
-# power of two) of at most LANES_ROW_BYTES, each held by W / LANES_ELEMS lanes of LANES_ELEMS
-# elements, LANES_TILE_ELEMS elements a tile (32 a thread on 4 warps), LANES_OCCUPANCY blocks per
-# SM on a persistent grid. Session 17, H200, graph replay, against the gathered rows_fwd tiles
-# (inference forward, us): bf16 351355 x 191 153.9 -> 106.6 (16 x (16 x 16); best 94.2 at 16 x
-# (8 x 32)), 828504 x 81 166.2 -> 126.1 (32 x (16 x 8)), fp32 828504 x 81 199.7 -> 166.8; rows
-# of 1 KB did not gain (bf16 291, 338, 510: 103.2 / 111.1 / 81.0 against 106.9 / 98.6 / 83.0;
-# fp32 191 147.0 against 156.9). Fewer elements a lane lost (bf16 81 as 32 x (4 x 32): 174.7),
-# so did 8 blocks per SM and tiles where rows x lanes < 128 (a layout conversion in shared memory:
-# SASS).
-LANES_ROW_BYTES = WARP_ROW_BYTES
+# Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
+# W (a power of two) of at most LANES_ROW_BYTES[op], each held by W / LANES_ELEMS lanes of
+# LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (forward 32 a thread on 4 warps,
+# backward 16: it also holds dy and the dW accumulator), LANES_OCCUPANCY blocks per SM on a
+# persistent grid. H200, graph replay, against the gathered row tiles (us). Forward (session 17,
+# inference): bf16 351355 x 191 153.9 -> 106.6 (16 x (16 x 16); best 94.2 at 16 x (8 x 32)),
+# 828504 x 81 166.2 -> 126.1 (32 x (16 x 8)), fp32 828504 x 81 199.7 -> 166.8; rows of 1 KB did
+# not gain (bf16 291, 338, 510: 103.2 / 111.1 / 81.0 against 106.9 / 98.6 / 83.0; fp32 191 147.0
+# against 144.2). Fewer elements a lane lost (bf16 81 as 32 x (4 x 32): 174.7), so did 8 blocks
+# per SM and tiles where rows x lanes < 128 (a layout conversion in shared memory: SASS).
+# Backward (session 18, ab/s18a): 2048-element tiles at 4 blocks won at every length tried
+# (4096 at 2 blocks 8-22% slower, 4096 at 4 spills, 1024 2-4x slower: SASS of the 1024 tile
+# shuffles through shared memory): bf16 486296 x 138 308.6 -> 203.3, 691844 x 97 318.1 -> 180.7,
+# 351355 x 191 284.2 -> 165.0, 828504 x 81 285.5 -> 201.8, and rows of 1 KB too: bf16 131586 x 510
+# 207.0 -> 141.2, fp32 438620 x 153 317.5 -> 233.2, 486296 x 138 337.6 -> 243.8. At the same
+# padded width the lanes tile ran 1.4-1.5x faster than the row tiles (510; fp32 138, 153), so a
+# row of more than one warp's vectors keeps the row tiles where their pieces pad less than W /
+# LANES_PIECES_GAIN: bf16 236299 x 284 as 256 + 32 171.3 against 196.0 on lanes of 512.
+LANES_ROW_BYTES = {"forward": WARP_ROW_BYTES, "backward": 2 * WARP_ROW_BYTES}
 LANES_MIN_ELEMS = 128  # the shortest padded row measured (bf16 and fp32 81)
 LANES_ELEMS = 16
-LANES_TILE_ELEMS = 4096
+LANES_TILE_ELEMS = {"forward": 4096, "backward": 2048}
 LANES_OCCUPANCY = 4
 LANES_WARPS = 4
+LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
@@ -281,21 +290,28 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
                     "long")  # fmt: skip
 
 
-def lanes_fit(n: int, elem_size: int) -> bool:
-    """Whether the forward of unaligned rows of n elements runs on rows_fwd_lanes (LANES_* above)."""
+def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
+    """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above)."""
     w = _next_pow2(n)
-    return unaligned(n, elem_size) and w >= LANES_MIN_ELEMS and w * elem_size <= LANES_ROW_BYTES
+    if not (unaligned(n, elem_size) and w >= LANES_MIN_ELEMS and w * elem_size <= LANES_ROW_BYTES[op]):
+        return False
+    if w * elem_size <= WARP_ROW_BYTES:
+        return True
+    return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
 
 
-def lanes_plan(a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
-    """The plan of rows_fwd_lanes (kind "lanes") for (a, b, n) rows (LANES_* above)."""
+def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
+               warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+    """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
+    rows (LANES_* above); the keywords override the rules (probes)."""
     w = _next_pow2(n)
-    rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS // w))
+    rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
-    grid = max(1, min(tiles, num_sms * LANES_OCCUPANCY))
-    return RowsPlan("forward", tile_a, tile_b, (w, 0, 0), LANES_WARPS, LANES_OCCUPANCY, grid, a % tile_a != 0, w != n,
+    occupancy = occupancy or LANES_OCCUPANCY
+    grid = max(1, min(tiles, num_sms * occupancy))
+    return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
 
 
@@ -316,8 +332,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if op == "forward" and (lanes or (lanes is None and not overridden and lanes_fit(n, elem_size))):
-        return lanes_plan(a, b, n, elem_size, num_sms)
+    if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
+        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
