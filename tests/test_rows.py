@@ -145,6 +145,7 @@ CASES = [
     ((257, 128), "short rows, a partial tile"),
     ((3, 2, 5, 64), "4-D, two groups merge"),
     ((2, 3001), "unaligned rows"),
+    ((5, 3900), "one checked piece, the whole row"),
 ]
 
 
@@ -499,3 +500,28 @@ def test_short_rows_of_a_copied_view_take_the_row_tiles(monkeypatch, gen):
         x = q.detach().contiguous().requires_grad_()
         rms_norm(x, w, EPS).sum().backward()
         assert calls == ["run_forward", "run_backward"]
+
+
+def test_pieces_checked_element_by_element_are_gathered():
+    """A piece checked along N whose row length the JIT cannot prove a multiple of 16 elements
+    is gathered (a plain zero-padded load of it branches an element), aligned rows too, where
+    unaligned ones are and where the piece is the whole row; one-row tiles of several pieces keep
+    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads."""
+    for op in OPS:
+        for n, es in ((8116, 4), (3900, 4), (1000, 4), (436, 4)):
+            assert not unaligned(n, es) and n % 16, (n, es)
+            assert plan(op, 9999, 1, n, es, SMS, any_length=True).loads == K.LOADS_GATHER, (op, n)
+        assert plan(op, 9999, 1, 5000, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 4096 + 1024, one row
+        assert plan(op, 9999, 1, 4080, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 16 divides 4080
+
+
+def test_gathered_16bit_tiles_take_16_warps_per_sm():
+    """Unaligned 16-bit rows: the backward of rows of 2048 or more takes 8192-element tiles on 8
+    warps at 2 blocks per SM; one-row forward tiles of 8192 take 8 warps; multi-row forward tiles
+    keep their rules."""
+    for n, rows in ((1974, 4), (3122, 2), (8116, 1)):
+        p = plan("backward", 9999, 1, n, 2, SMS)
+        assert (p.tile_a, p.warps, p.occupancy, p.loads) == (rows, 8, 2, K.LOADS_GATHER), n
+    assert plan("backward", 9999, 1, 1074, 2, SMS).warps == 4  # narrower rows: the register line's plan
+    assert plan("forward", 9999, 1, 8116, 2, SMS).warps == 8
+    assert plan("forward", 9999, 1, 1974, 2, SMS).warps == 4  # 4 x 2048: four warps at 8 blocks

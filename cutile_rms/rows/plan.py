@@ -134,6 +134,24 @@ ALIGN_BYTES = 16
 # 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
 GATHER_PIECES = {2: 2, 4: 1}
 GATHER_GRANULE = 32
+# A checked piece whose row length the JIT cannot prove a multiple of 16 elements is checked
+# element by element, aligned rows too: a plain zero-padded load of it compiles to a branch an
+# element (SASS, fp32 rows of 8116, one 8192 piece: 192 LDG, 125 branches, 879 ISETP, 254
+# registers, against 48 LDG.128 and 22 branches at 8192). So such pieces are gathered wherever
+# unaligned ones are, and also when the piece is the whole row. Session 18 (H200, ab/s18b), fp32
+# forward, aligned rows, plain / gathered: 8269 x 8116 200.3 / 160.2 us, 17200 x 3900 184.7 / 130.3,
+# 67108 x 1000 144.8 / 130.6, 153919 x 436 (8 x (256 + 128 + 64)) 179.0 / 157.4; but one-row tiles
+# of several pieces keep plain loads, as for unaligned rows: 13421 x 5000 (4096 + 1024) 130.9 / 140.5.
+# Gathered 16-bit tiles want 16 warps per SM, more than the register line gives them: the
+# backward of rows of GATHERED_BWD_MIN_WIDTH or more takes GATHERED_BWD_ELEMS-element tiles on 8
+# warps at GATHERED_BWD_OCCUPANCY blocks (32 elements of x and of dy a thread), and one-row
+# forward tiles of WIDE_TILE elements 8 warps. Session 18, bf16, us: backward 33996 x 1974 2 x
+# 2048 on 4 warps at 2 blocks 205.1, 1 x 2048 on 4 at 4 162.8, 4 x 2048 on 8 at 2 153.5; 8269 x
+# 8116 1 x 8192 on 8 warps at 1 block 194.4, at 2 164.7; forward 8269 x 8116 on 4 warps at 2
+# blocks 111.4, on 8 at 2 89.2 (persistent; at 4 blocks of 4 warps it spilled: 162).
+GATHERED_BWD_MIN_WIDTH = 2048
+GATHERED_BWD_ELEMS = 8192
+GATHERED_BWD_OCCUPANCY = 2
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -361,7 +379,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
     masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
     auto = tile_rows is None and warps is None and occupancy is None
-    warps = warps or (8 if rows * width > WIDE_TILE[op] and (op == "forward" or rows == 1) else 4)
+    gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
+    if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
+        rows, warps, occupancy = _prev_pow2(max(1, GATHERED_BWD_ELEMS // width)), 8, GATHERED_BWD_OCCUPANCY
+    wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
+    warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
     need = _need(op, elem_size, width, rows, warps)
     if masked and auto and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
         rows, warps = 2 * rows, 8  # masked multi-row tiles: 32 warps per SM within 64 registers (see above)
@@ -380,8 +402,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
-    if loads is None:
-        loads = LOADS_GATHER if unal and (rows > 1 or elem_size < 4) else LOADS_PLAIN
+    if loads is None:  # gathers for pieces checked element by element (CHECKED_GATHER above)
+        checked = unal or (width != n and n % VECTOR_ELEMS != 0)
+        loads = LOADS_GATHER if checked and (rows > 1 or elem_size < 4 or len(ps) == 1) else LOADS_PLAIN
     if persistent is None:
         one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
