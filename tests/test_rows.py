@@ -516,12 +516,12 @@ def test_pieces_checked_element_by_element_are_gathered():
 
 
 def test_gathered_16bit_tiles_take_16_warps_per_sm():
-    """Unaligned 16-bit rows: the backward of rows of 2048 or more takes 8192-element tiles on 8
-    warps at 2 blocks per SM; one-row forward tiles of 8192 take 8 warps; multi-row forward tiles
-    keep their rules."""
-    for n, rows in ((1974, 4), (3122, 2), (8116, 1)):
+    """Unaligned 16-bit rows: the backward of rows of 2048 or more takes one-row tiles at 16
+    warps per SM (8 warps a block past 4096 elements); one-row forward tiles of 8192 take 8
+    warps; multi-row forward tiles keep their rules."""
+    for n, warps in ((1974, 4), (3122, 4), (3900, 8), (8116, 8)):
         p = plan("backward", 9999, 1, n, 2, SMS)
-        assert (p.tile_a, p.warps, p.occupancy, p.loads) == (rows, 8, 2, K.LOADS_GATHER), n
-    assert plan("backward", 9999, 1, 1074, 2, SMS).warps == 4  # narrower rows: the register line's plan
+        assert (p.tile_a, p.warps, p.occupancy, p.loads) == (1, warps, 16 // warps, K.LOADS_GATHER), n
+    assert plan("backward", 9999, 1, 1074, 2, SMS).tile_a == 2  # narrower rows: the register line's plan
     assert plan("forward", 9999, 1, 8116, 2, SMS).warps == 8
     assert plan("forward", 9999, 1, 1974, 2, SMS).warps == 4  # 4 x 2048: four warps at 8 blocks

@@ -15,7 +15,7 @@ FWD_SHAPES = [(524288, 128), (262144, 256), (131072, 512), (65536, 1024), (32768
               (2048, 18432)]  # fmt: skip
 BWD_SHAPES = [(524288, 128), (262144, 256), (131072, 512), (65536, 1024), (16384, 4096), (12483, 5376),
               (8192, 8192)]  # fmt: skip
-DTYPES = {"bfloat16": 2, "float32": 4}
+DTYPES = {"bfloat16": 2, "float16": 2, "float32": 4}
 SMS = 132
 OUT = os.path.join(os.path.dirname(__file__), "rows_candidates.json")
 
@@ -57,7 +57,7 @@ def params(c):
     from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 
-    dt = {"bfloat16": ct.bfloat16, "float32": ct.float32}[c["dtype"]]
+    dt = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[c["dtype"]]
     m, n = c["m"], c["n"]
     p = plan_of(c)
     rows = array(dt, (m, 1, n))

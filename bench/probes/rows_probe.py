@@ -119,7 +119,7 @@ class Recorder:
                "pct_copy", "err", "copy_us"]  # fmt: skip
 
     def __init__(self, writer, f, op, dtype, m, n, copy_us):
-        es = 2 if dtype == "bfloat16" else 4
+        es = 4 if dtype == "float32" else 2
         self.writer, self.f = writer, f
         self.base = dict(op=op, dtype=dtype, M=m, N=n, copy_us=round(copy_us, 2))
         self.nbytes = (2 * m * n * es + 4 * m) if op == "forward" else (3 * m * n * es + 4 * m)
@@ -192,7 +192,7 @@ def _loads_label(c):
 
 
 def _tol(dtype):
-    return 2e-2 if dtype == "bfloat16" else 1e-4
+    return 1e-4 if dtype == "float32" else 2e-2
 
 
 def time_forward(torch, rec, sets, cands):
@@ -289,7 +289,7 @@ def main():
                 log("deadline: stopping before", key)
                 break
             op, dtype, m, n = key
-            es = 2 if dtype == "bfloat16" else 4
+            es = 4 if dtype == "float32" else 2
             sets = make_inputs(torch, dtype, m, n, max(2, math.ceil(2 * 60e6 / (m * n * es))), 7)
             outs = [torch.empty_like(s[0]) for s in sets]
             copy_us = Tm.graph_us(

@@ -143,15 +143,17 @@ GATHER_GRANULE = 32
 # 67108 x 1000 144.8 / 130.6, 153919 x 436 (8 x (256 + 128 + 64)) 179.0 / 157.4; but one-row tiles
 # of several pieces keep plain loads, as for unaligned rows: 13421 x 5000 (4096 + 1024) 130.9 / 140.5.
 # Gathered 16-bit tiles want 16 warps per SM, more than the register line gives them: the
-# backward of rows of GATHERED_BWD_MIN_WIDTH or more takes GATHERED_BWD_ELEMS-element tiles on 8
-# warps at GATHERED_BWD_OCCUPANCY blocks (32 elements of x and of dy a thread), and one-row
-# forward tiles of WIDE_TILE elements 8 warps. Session 18, bf16, us: backward 33996 x 1974 2 x
-# 2048 on 4 warps at 2 blocks 205.1, 1 x 2048 on 4 at 4 162.8, 4 x 2048 on 8 at 2 153.5; 8269 x
-# 8116 1 x 8192 on 8 warps at 1 block 194.4, at 2 164.7; forward 8269 x 8116 on 4 warps at 2
-# blocks 111.4, on 8 at 2 89.2 (persistent; at 4 blocks of 4 warps it spilled: 162).
+# backward of rows of GATHERED_BWD_MIN_WIDTH or more takes one-row tiles (8 warps past
+# WIDE_TILE) at GATHERED_WARPS_PER_SM warps per SM, and one-row forward tiles of WIDE_TILE
+# elements 8 warps. Session 18, H200, us: backward bf16 33996 x 1974 2 x 2048 on 4 warps at 2
+# blocks (the line's plan) 205.1, 1 x 2048 on 4 at 4 162.8, 4 x 2048 on 8 at 2 153.5; 33107 x
+# 2027, bf16 / fp16: 2 x 2048 on 4 at 2 216.8 / 196.0, 1 x 2048 on 4 at 4 162.3 / 161.9, 4 x
+# 2048 on 8 at 2 163.8 / 527.1 (fp16 alone; its SASS holds no more spills than bf16's, 8-16
+# stack bytes: not profiled); 8116, bf16 / fp16: 1 x 8192 on 8 warps at 1 block 196.5 / 195.9,
+# at 2 166.4 / 172.6. Forward bf16 8269 x 8116 on 4 warps at 2 blocks 111.4, on 8 at 2 89.2
+# (persistent; 4 blocks of 4 warps spilled: 162).
 GATHERED_BWD_MIN_WIDTH = 2048
-GATHERED_BWD_ELEMS = 8192
-GATHERED_BWD_OCCUPANCY = 2
+GATHERED_WARPS_PER_SM = 16
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -381,7 +383,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     auto = tile_rows is None and warps is None and occupancy is None
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
-        rows, warps, occupancy = _prev_pow2(max(1, GATHERED_BWD_ELEMS // width)), 8, GATHERED_BWD_OCCUPANCY
+        rows = 1
+        warps = 8 if width > WIDE_TILE[op] else 4
+        occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
     need = _need(op, elem_size, width, rows, warps)
