@@ -257,10 +257,11 @@ SANITIZED = textwrap.dedent(
         y = rms_norm(x, torch.ones(shape[-1], device="cuda", dtype=torch.bfloat16), mode="rows")
         y.sum().backward()
     # Rows not 16-byte aligned, on the default path: gathered multi-row tiles (bf16 510, fp32
-    # 133), a one-row tile with a gathered tail (bf16 3001), the long-row kernels (bf16 20001
-    # forward and backward, fp32 9001 backward beside the core's split forward).
-    for shape, dtype in (((301, 510), torch.bfloat16), ((301, 133), torch.float32), ((37, 3001), torch.bfloat16),
-                         ((5, 20001), torch.bfloat16), ((5, 9001), torch.float32)):
+    # 133 forward), the lanes kernels (bf16 191 forward and backward, bf16 510 and fp32 133
+    # backward), a one-row tile with a gathered tail (bf16 3001), the long-row kernels (bf16
+    # 20001 forward and backward, fp32 9001 backward beside the core's split forward).
+    for shape, dtype in (((301, 510), torch.bfloat16), ((301, 133), torch.float32), ((301, 191), torch.bfloat16),
+                         ((37, 3001), torch.bfloat16), ((5, 20001), torch.bfloat16), ((5, 9001), torch.float32)):
         x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
         w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
         y = rms_norm(x, w)
@@ -274,7 +275,7 @@ SANITIZED = textwrap.dedent(
 @pytest.mark.gpu
 def test_compute_sanitizer_memcheck(tmp_path):
     """Every kernel kind (tile, chunked, split, packed, row, the row-tile kernels with plain
-    and gathered loads, the long-row kernels) on small shapes under compute-sanitizer's
+    and gathered loads, the lanes and long-row kernels) on small shapes under compute-sanitizer's
     memcheck: zero device errors. Host-side messages of cuda-bindings' driver probing are not
     device errors and are ignored."""
     tool = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"

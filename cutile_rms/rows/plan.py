@@ -7,7 +7,9 @@ The forward's constants come from two H200 probes of session 12 (``python -m ben
 the 525 spill-free candidates of rows_candidates.json, then 204 more around the lengths the
 first rules got wrong; each timed by graph replay beside the copy ceiling of the same run;
 bench/results/h200/ab/s12*-rows-probe-*.csv, bench/NOTES.md); session 14 changed the masked
-tiles' rule. The backward's are still the first choices read from the SASS (session 11); it runs
+tiles' rule; session 18 the gathered tiles' (the comment above GATHERED_BWD_MIN_WIDTH) and the
+lanes backward.
+The backward's row-tile rules are still the first choices read from the SASS (session 11); it runs
 by default on the short rows that ``backward_by_default`` names (session 14's comparison with
 the core backward), elsewhere only with ``mode="rows"``.
 
@@ -406,7 +408,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
-    if loads is None:  # gathers for pieces checked element by element (CHECKED_GATHER above)
+    if loads is None:  # gathers for pieces checked element by element (above GATHERED_BWD_MIN_WIDTH)
         checked = unal or (width != n and n % VECTOR_ELEMS != 0)
         loads = LOADS_GATHER if checked and (rows > 1 or elem_size < 4 or len(ps) == 1) else LOADS_PLAIN
     if persistent is None:
