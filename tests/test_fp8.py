@@ -9,6 +9,7 @@ Those elements are found by perturbing rstd and v by the fp32 error bounds and q
 Runs on the GPU (``gpu``) and through the interpreter on the CPU (CI).
 """
 
+import math
 import warnings
 
 import pytest
@@ -28,7 +29,9 @@ MIN_SCALE = 2.0**-126
 # up to 65536 squares: FP32_ARITH_RTOL (tests/reference.py). v (one or two fp32 products) and
 # v / s (one division, and a dynamic s from the fp32 amax): 8 fp32 ulps.
 FP32_SLACK = 2.0**-20
-# The share of elements allowed to round the other way (the issue's bound).
+# The share of elements allowed to round the other way (the issue's bound), rounded up to whole
+# elements: fp16 "none" casting puts v on the fp16 grid, where FP8 midpoints lie, so a 448-element
+# case can hold one (CI drew one: fp16 none e5m2 (7, 64)).
 MAX_OFF_BOUNDARY_SHARE = 1e-3
 # Scales and amax are fp32 results of the same values: a few ulps.
 SCALE_TOL = Tol(4 * FP32_SLACK)
@@ -89,7 +92,8 @@ def check_fp8(y, x, w, offset, casting, scale, out_dtype):
     assert torch.all(near | ok), f"{int((~(near | ok)).sum())} elements differ from the reference away from a boundary"
     step = (bits.int() - exact.view(torch.int8).int()).abs()
     assert torch.all(step[off] <= 1), "an element is more than one FP8 step from the reference"
-    assert off.float().mean().item() <= MAX_OFF_BOUNDARY_SHARE, f"{int(off.sum())} elements rounded the other way"
+    allowed = math.ceil(MAX_OFF_BOUNDARY_SHARE * off.numel())  # the share, in whole elements (7 x 64: 1)
+    assert int(off.sum()) <= allowed, f"{int(off.sum())} of {off.numel()} elements rounded the other way"
 
 
 CASES = [  # (x dtype, casting, static scale?, out dtype): every value of each factor, pairwise
