@@ -185,6 +185,20 @@ def _few_rows(x, dy) -> dict:
     return {"dw": dw_term_scale(x, dy, EPS)}
 
 
+def _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of):
+    """Forward and backward of fresh inputs on plan_of(op, a, b, n, elem_size, num_sms)'s plans,
+    every output (NaN-poisoned first) against float64; x and dy are left as they were."""
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0, dy0 = x.clone(), dy.clone()
+    a, b = row_groups(x)
+    n, es = shape[-1], x.element_size()
+    out = _poisoned_run(x, dy, w, casting, offset, lambda d: [plan_of(op, a, b, n, es, d.num_sms) for op in OPS])
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    tol = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
+    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+
+
 # The casting modes are one computation in fp32 (casting_code): fp32 runs one of them.
 DTYPE_CASTINGS = [(d, c) for d in (torch.bfloat16, torch.float16) for c in ("llama", "gemma", "none")]
 DTYPE_CASTINGS.append((torch.float32, "gemma"))
@@ -217,14 +231,7 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     assert plan("backward", 3, 1, n, es, SMS).kind == "long"
     fwd = plan("forward", 3, 1, n, es, SMS)
     assert fwd.kind == "long" if es == 2 else fwd is None  # fp32: the core's split forward
-    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
-    x0, dy0 = x.clone(), dy.clone()
-    a, b = row_groups(x)
-    out = _poisoned_run(x, dy, w, casting, offset, lambda d: [long_plan(op, a, b, n, es, d.num_sms) for op in OPS])
-    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
-    tol = tolerances(dtype, None if w is None else w.dtype, casting)
-    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
-    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, long_plan)
 
 
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
@@ -242,15 +249,7 @@ LANES_CASES = [
 def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     """y, rstd, dx and dw of rows_fwd_lanes and rows_bwd_lanes, NaN-poisoned first, against
     float64; x and dy are left as they were."""
-    n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
-    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
-    x0, dy0 = x.clone(), dy.clone()
-    a, b = row_groups(x)
-    out = _poisoned_run(x, dy, w, casting, offset, lambda d: [lanes_plan(op, a, b, n, es, d.num_sms) for op in OPS])
-    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, offset)
-    tol = tolerances(dtype, None if w is None else w.dtype, casting)
-    check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tol, _few_rows(x, dy))
-    assert torch.equal(x, x0) and torch.equal(dy, dy0)
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, lanes_plan)
 
 
 LOADS_CASES = [

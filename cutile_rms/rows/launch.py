@@ -123,7 +123,7 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
     launch(stream, (p.grid,), _VARIANTS[op][p.hints], arguments(op, values))
     if has_weight:
-        _reduce_dw(partial[:, :n], dw, device, stream)  # lanes: the first n of W columns (rows 16-byte aligned)
+        _reduce_dw(partial[:, :n] if lanes else partial, dw, device, stream)  # lanes: the first n of W columns
 
 
 def _reduce_dw(partial, dw, device, stream) -> None:
