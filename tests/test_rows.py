@@ -68,8 +68,11 @@ def test_plan_rules():
     g = plan("forward", 12483, 1, 5376, 2, SMS)  # pieces of at least 2 KB; one 16-bit row per tile, persistent
     assert g.widths == (4096, 2048, 0) and g.check_n and not g.check_a and g.tile_a == 1
     assert (g.warps, g.occupancy, g.grid) == (4, 4, 4 * SMS)
-    e = plan("forward", 8192, 1, 8192, 2, SMS)  # one piece, 3 blocks per SM: a block per tile
-    assert (e.tile_a, e.warps, e.occupancy, e.grid) == (1, 4, 2, 8192)
+    e = plan("forward", 8192, 1, 8192, 2, SMS)  # one piece, 3 blocks per SM (a hint of 3): a block per tile
+    assert (e.tile_a, e.warps, e.occupancy, e.grid) == (1, 4, 3, 8192)
+    for n, es in ((8192, 4), (7168, 4), (8116, 4)):  # the line's 3 blocks of 4 warps: a hint of 3
+        assert plan("forward", 8192, 1, n, es, SMS, any_length=True).hints == (3, 4), (n, es)
+    assert plan("forward", 8192, 1, 8116, 2, SMS).hints == (2, 8)  # 8 warps: a cap of 85 registers spilled
     c = plan("forward", 21845, 1, 3072, 2, SMS)  # a 6 KB row per tile, 8 blocks of 4 warps per SM
     assert (c.tile_a, c.widths, c.warps, c.occupancy, c.grid) == (1, (2048, 1024, 0), 4, 8, 21845)
     assert plan("forward", 99, 1, 1536, 2, SMS).widths == (2048, 0, 0)  # a 3 KB row: one piece, 4 rows a tile
@@ -121,7 +124,10 @@ def test_plan_registers_within_the_compiled_need():
             continue
         top = best.get((dtype, n, p.tile_a, p.warps, tuple(w for w in p.widths if w)))
         if top is not None:  # the rules' tile was among the compiled ones
-            assert p.occupancy <= top, (dtype, n, p, top)
+            # the candidates hold power-of-two hints only; a hint of 3 (plan.ODD_HINT_MIN_REGS) lies
+            # between 2 and 4: compiled at 144-168 registers without spills (session 19, SASS of
+            # fp32 7168 and 8192, 16-bit 8192)
+            assert p.occupancy <= top or (p.occupancy, top) == (3, 2), (dtype, n, p, top)
             checked += 1
     assert checked >= 12
 
@@ -419,13 +425,15 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
     """Unaligned rows padded to 128 elements .. 512 bytes run on the lanes kernels, forward and
     backward: W / 16 lanes of 16 elements a row, 4096 (forward) or 2048 (backward) elements a
     tile, 4 blocks of 4 warps per SM, the same tile whatever A (batch invariance); the backward
-    also rows padded to 1 KB, unless the row tiles' pieces pad less than W / 1.4; not longer or
-    aligned rows, not where a keyword overrides the rules or a caller says lanes=False."""
+    also rows padded to 2 KB and at most 512 elements (32 lanes, one warp), unless the row tiles'
+    pieces pad less than W / 1.4; not longer or aligned rows, not where a keyword overrides the
+    rules or a caller says lanes=False."""
     both = ("forward", "backward")
     for n, es, w, lanes, ops in ((65, 2, 128, 8, both), (81, 2, 128, 8, both), (191, 2, 256, 16, both),
                                  (255, 2, 256, 16, both), (81, 4, 128, 8, both), (127, 4, 128, 8, both),
                                  (510, 2, 512, 32, ("backward",)), (338, 2, 512, 32, ("backward",)),
-                                 (133, 4, 256, 16, ("backward",)), (255, 4, 256, 16, ("backward",))):  # fmt: skip
+                                 (133, 4, 256, 16, ("backward",)), (255, 4, 256, 16, ("backward",)),
+                                 (257, 4, 512, 32, ("backward",)), (509, 4, 512, 32, ("backward",))):  # fmt: skip
         for op in ops:
             assert lanes_fit(n, es, op), (n, es, op)
             tile = {"forward": 4096, "backward": 2048}[op]
@@ -439,10 +447,11 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
             assert plan(op, 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
     assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 8, 2)
-    # 284 = 256 + 32 and 300 = 256 + 64 pad less than 512 / 1.4 as row-tile pieces
+    # 284 = 256 + 32 and 300 = 256 + 64 pad less than 512 / 1.4 as row-tile pieces; 513 (bf16 and
+    # fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
     for n, es, ops in ((63, 2, both), (257, 2, both), (284, 2, both), (300, 2, both), (510, 2, ("forward",)),
-                       (128, 2, both), (192, 2, both), (63, 4, both), (133, 4, ("forward",)), (257, 4, both),
-                       (128, 4, both)):  # fmt: skip
+                       (128, 2, both), (192, 2, both), (63, 4, both), (133, 4, ("forward",)), (257, 4, ("forward",)),
+                       (128, 4, both), (513, 2, both), (622, 2, both), (513, 4, both)):  # fmt: skip
         for op in ops:
             assert not lanes_fit(n, es, op), (n, es, op)
             p = plan(op, 9, 1, n, es, SMS)
@@ -516,11 +525,15 @@ def test_pieces_checked_element_by_element_are_gathered():
 
 def test_gathered_16bit_tiles_take_16_warps_per_sm():
     """Unaligned 16-bit rows: the backward of rows of 2048 or more takes one-row tiles at 16
-    warps per SM (8 warps a block past 4096 elements); one-row forward tiles of 8192 take 8
-    warps; multi-row forward tiles keep their rules."""
+    warps per SM (8 warps a block past 4096 elements), narrower ones the register line's rows
+    halved until the tile holds 16 warps per SM; one-row forward tiles of 8192 take 8 warps;
+    multi-row forward tiles keep their rules."""
     for n, warps in ((1974, 4), (3122, 4), (3900, 8), (8116, 8)):
         p = plan("backward", 9999, 1, n, 2, SMS)
         assert (p.tile_a, p.warps, p.occupancy, p.loads) == (1, warps, 16 // warps, K.LOADS_GATHER), n
-    assert plan("backward", 9999, 1, 1074, 2, SMS).tile_a == 2  # narrower rows: the register line's plan
+    # narrower rows: the register line's rows, halved until the tile holds 16 warps per SM
+    for n, rows in ((1074, 2), (1111, 2), (555, 4), (1302, 1), (1501, 1), (890, 2), (655, 2)):
+        p = plan("backward", 9999, 1, n, 2, SMS)
+        assert (p.tile_a, p.warps, p.occupancy, p.loads) == (rows, 4, 4, K.LOADS_GATHER), n
     assert plan("forward", 9999, 1, 8116, 2, SMS).warps == 8
     assert plan("forward", 9999, 1, 1974, 2, SMS).warps == 4  # 4 x 2048: four warps at 8 blocks

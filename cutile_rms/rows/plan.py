@@ -154,8 +154,26 @@ GATHER_GRANULE = 32
 # stack bytes: not profiled); 8116, bf16 / fp16: 1 x 8192 on 8 warps at 1 block 196.5 / 195.9,
 # at 2 166.4 / 172.6. Forward bf16 8269 x 8116 on 4 warps at 2 blocks 111.4, on 8 at 2 89.2
 # (persistent; 4 blocks of 4 warps spilled: 162).
+# Narrower gathered 16-bit backward tiles keep their rules' rows where those hold 16 warps per
+# SM, and halve them until they do: the power-of-two hint of 3 resident blocks was 2, 8 warps per
+# SM. Session 19 (ab/s19a, s19b), H200, bf16 / fp16 us, the rules' tile at 8 warps per SM -> the
+# halved one at 16: 51543 x 1302 2 x 1312 199.0 / 293.7 -> 1 x 1312 183.3 / 227.1; 75403 x 890 4 x
+# 1024 219.4 / 218.6 -> 2 x 1024 203.3 / 209.7; 102456 x 655 4 x 768 365.1 / 364.8 -> 2 x 768 211.9
+# / 336.2; 45000 x 1501 (bf16) 221.0 -> 180.2; 37000 x 1777 (fp16) 238.3 -> 234.0. Tiles the rules
+# already run at 16 warps per SM stay (60001 x 1111: 2 x 1120 170.1 us, one row 193.6, one row at
+# 32 warps per SM 221.8; 120000 x 555: 4 x 576 197.3, one row 269.5 / 227.7).
 GATHERED_BWD_MIN_WIDTH = 2048
 GATHERED_WARPS_PER_SM = 16
+# The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
+# line holds 3 blocks of 4 warps: there the compiler, capped at 255 registers by a hint of 2,
+# took more than a third of the register file for some dtypes (fp16 one-row 8192 tiles: 180
+# registers, 2 blocks per SM; bf16: 167, 3). A hint of the resident count itself caps them where
+# the line says, and is used where that cap is at least ODD_HINT_MIN_REGS (lower caps spilled:
+# bf16 8116 on 8 warps at 3 blocks, 85 registers, 89.8 -> 114.0 us). Session 19 (ab/s19b), H200,
+# us, hint 2 -> 3: fp16 16384 x 8192 172.4 -> 134.1, fp32 8269 x 8116 (gathered) 160.9 -> 141.0;
+# bf16 16384 x 8192 136.0 -> 135.5, fp32 16384 x 8192 263.1 -> 263.5, fp32 16384 x 7168 229.4 ->
+# 229.3.
+ODD_HINT_MIN_REGS = 128
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -196,9 +214,14 @@ LONG_L2_SHARE = 0.5
 # padded width the lanes tile ran 1.4-1.5x faster than the row tiles (510; fp32 138, 153), so a
 # row of more than one warp's vectors keeps the row tiles where their pieces pad less than W /
 # LANES_PIECES_GAIN: bf16 236299 x 284 as 256 + 32 171.3 against 196.0 on lanes of 512.
-LANES_ROW_BYTES = {"forward": WARP_ROW_BYTES, "backward": 2 * WARP_ROW_BYTES}
+# Session 19 (ab/s19a, s19b): fp32 backward rows padded to 512 elements (2 KB, 32 lanes: still
+# one warp) ran faster on lanes than on 4 x 512 row tiles, at every length tried: 261124 x 257
+# 333.6 -> 244.1 us, 160000 x 401 266.8 -> 200.3, 220000 x 301 305.7 -> 226.3, 130000 x 509 254.8
+# -> 214.5. So the backward's bound is 2 KB and LANES_MAX (32 lanes, one warp) elements.
+LANES_ROW_BYTES = {"forward": WARP_ROW_BYTES, "backward": 4 * WARP_ROW_BYTES}
 LANES_MIN_ELEMS = 128  # the shortest padded row measured (bf16 and fp32 81)
 LANES_ELEMS = 16
+LANES_MAX = 32 * LANES_ELEMS  # a row's lanes stay within one warp (W = 1024 on 64 lanes: 10x slower)
 LANES_TILE_ELEMS = {"forward": 4096, "backward": 2048}
 LANES_OCCUPANCY = 4
 LANES_WARPS = 4
@@ -297,6 +320,17 @@ def _need(op: str, elem_size: int, width: int, rows: int, warps: int) -> float:
     return base + per_row * width / threads + per_other * (rows - 1) * width / threads
 
 
+def _resident(need: float, threads: int) -> int:
+    """Blocks of threads an SM holds at need registers per thread (at most MAX_BLOCKS_PER_SM)."""
+    return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
+
+
+def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
+    """The backward's occupancy hint: the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per
+    SM, at most ``resident``, rounded down to a power of two."""
+    return _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))
+
+
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above)."""
     chunk = LONG_CHUNK_BYTES[op] // elem_size
@@ -315,7 +349,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above)."""
     w = _next_pow2(n)
-    if not (unaligned(n, elem_size) and w >= LANES_MIN_ELEMS and w * elem_size <= LANES_ROW_BYTES[op]):
+    if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX and w * elem_size <= LANES_ROW_BYTES[op]):
         return False
     if w * elem_size <= WARP_ROW_BYTES:
         return True
@@ -394,17 +428,24 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if masked and auto and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
         rows, warps = 2 * rows, 8  # masked multi-row tiles: 32 warps per SM within 64 registers (see above)
         need = _need(op, elem_size, width, rows, warps)
+    threads = 32 * warps
+    if gathered16 and auto and op == "backward":  # at least GATHERED_WARPS_PER_SM warps per SM (see above)
+        per_sm = GATHERED_WARPS_PER_SM // warps
+        while rows > 1 and _backward_hint(elem_size, width, rows, _resident(need, threads)) < per_sm:
+            rows //= 2
+            need = _need(op, elem_size, width, rows, warps)
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
     tile_a = rows // tile_b
-    threads = 32 * warps
-    resident = max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
+    resident = _resident(need, threads)
     if occupancy is None:
         if op == "forward":
             occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
             if masked:
                 occupancy = THREADS_PER_SM // 2 // threads  # 32 warps per SM, whatever the line says (see above)
+            elif occupancy < resident and REGISTERS_PER_SM // (threads * resident) >= ODD_HINT_MIN_REGS:
+                occupancy = resident  # not a power of two (ODD_HINT_MIN_REGS above)
         else:
-            occupancy = _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))  # x, dy
+            occupancy = _backward_hint(elem_size, width, rows, resident)
     if op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length:
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
