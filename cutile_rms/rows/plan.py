@@ -48,8 +48,10 @@ the core backward), elsewhere only with ``mode="rows"``.
   row only at 256; 8 x 1024 at 64, 4 x 2048 only at 128; fp32 needs more per element).
   ``resident``: the blocks an SM then holds (at most 8 blocks, 2048 threads, 65536 registers).
 - occupancy hint: the largest power of two up to ``resident``, so its register cap never falls
-  under the need; forward tiles whose rows fit one warp's 16-byte vectors (512 B: a row reduced
-  by shuffles, no block barrier) at most WARP_LOCAL_HINT. Probe, bf16: rows reduced across
+  under the need, except 3 where the line holds 3 blocks of 4 warps (ODD_HINT_MIN_REGS: a hint
+  of 2 let the compiler take 180 registers for fp16 8192, 2 blocks per SM); forward tiles
+  whose rows fit one warp's 16-byte vectors (512 B: a row reduced by shuffles, no block
+  barrier) at most WARP_LOCAL_HINT. Probe, bf16: rows reduced across
   warps need the blocks (16 x 512, 8 x 1024: 69.6 us at 8 blocks, 78.3 at 4); rows within a warp
   do not (64 x 128: 67.4 at 4, 69.9 at 8). 16-bit tiles of several rows that overhang N (a
   padded piece) take 8 whatever the line says: 1536 as 4 x 2048 ran 68.6 us at 8 blocks (the
@@ -58,7 +60,8 @@ the core backward), elsewhere only with ``mode="rows"``.
   MASKED_NEED, the tile takes twice the rows on 8 warps at 4 blocks (session 14: 3584 as 2 x 4096
   on 4 warps at 8 blocks, need 89, spilled: 80.0 us, ncu 55 MB of local-memory writes beside the
   112 MB of y; as 4 x 4096 on 8 warps at 4 blocks, need 67: 68.2 us, Liger 67.6). Backward: also
-  at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM.
+  at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM; gathered 16-bit tiles
+  halve their rows until they hold GATHERED_WARPS_PER_SM warps per SM.
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
   or more that take several pieces or one block per SM. Probe, bf16, persistent vs a block per
@@ -72,7 +75,8 @@ the core backward), elsewhere only with ``mode="rows"``.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
-  512 bytes forward, 1 KB backward, ``lanes_fit``) the lanes kernels (``lanes_plan``).
+  512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
+  (``lanes_plan``).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
