@@ -312,39 +312,58 @@ def _unaligned_jobs(add):
 ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000)
 
 
-def _rows_arrays(x, w, b_one: bool, names, res=None) -> dict:
+def static_rows(c: ArrayConstraint, n: int, strides) -> ArrayConstraint:
+    """c with the layout a static-layout row kernel compiles in (kernels.RowArray): N and, with
+    strides, every stride constant (what the JIT takes from the array at launch)."""
+    shape = (*(c.shape_constant or [None] * c.ndim)[:-1], n)
+    shape_div = (*c.shape_divisible_by[:-1], 1)  # the constant says it
+    if strides is None:
+        return dataclasses.replace(c, shape_constant=shape, shape_divisible_by=shape_div)
+    return dataclasses.replace(c, shape_constant=shape, shape_divisible_by=shape_div, stride_constant=tuple(strides),
+                               stride_divisible_by=(1,) * c.ndim)  # fmt: skip
+
+
+def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict:
     """Constraints of the row-tile kernels' arrays: (A, B, N) rows (B == 1: a 2-D input, which
-    the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials; the residual
-    and the sum in res's dtype (x's without a residual: placeholders)."""
+    the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials (grid, width
+    for the lanes kernels); the residual and the sum in res's dtype (x's without a residual:
+    placeholders). With n: the static layouts of kernels.RowArray and RowVector (the rows of a
+    2-D input, B == 1, or of a fused QKV view of 3 x 6 heads)."""
+    strides = None if n is None else (n, n, 1) if b_one else (18 * n, n, 1)
 
     def rows(dtype=x):
         c = arr(dtype, 3)
         if b_one and _ALIGNED[0]:
             c = dataclasses.replace(c, shape_constant=(None, 1, None))
-        return c
+        return c if n is None else static_rows(c, n, strides)
+
+    def vec(c, last):
+        return c if n is None else static_rows(c, last, None)
 
     rstd = arr("float32", 2, last_div=1)
     if b_one:
         rstd = dataclasses.replace(rstd, shape_constant=(None, 1))
-    wa = arr(w, 1) if w else rows()
+    wa = vec(arr(w, 1), n) if w else rows()
+    partial = vec(arr("float32", 2), width or n) if w else rows()
     table = {"x": rows(), "r": rows(res or x), "s_out": rows(res or x), "y": rows(), "dy": rows(), "dx": rows(),
-             "w": wa, "rstd_out": rstd, "rstd_in": rstd, "dw_partial": arr("float32", 2) if w else rows(), "eps": F32,
-             "offset": F32}  # fmt: skip
+             "w": wa, "rstd_out": rstd, "rstd_in": rstd, "dw_partial": partial, "eps": F32, "offset": F32}  # fmt: skip
     return {k: table[k] for k in names}
 
 
-def _rows_job(add, label, op, p, x, w, casting=K.CAST_LLAMA, store=True, b_one=True, res=None,
+def _rows_job(add, label, op, p, n, x, w, casting=K.CAST_LLAMA, store=True, b_one=True, res=None,
               residual=K.RESIDUAL_NONE):  # fmt: skip
+    """The row-tile kernel of plan p for rows of n (static or runtime layouts, as p says)."""
     from cutile_rms.rows import launch as RL
 
-    kernel, names = RL.KERNELS[op]
+    _, names = RL.KERNELS[op]
     if op == "forward":
         consts = RL.forward_values(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store, residual)
     else:
         consts = RL.backward_values(p, w is not None, w is not None and x != "float32" and casting != K.CAST_GEMMA)
-    values = {**_rows_arrays(x, w, b_one, [n for n in names if n not in consts], res), **consts}
-    add(f"rows {op} {label} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} {p}",
-        RL._VARIANTS[op][p.hints], [values[n] for n in names])  # fmt: skip
+    arrays = _rows_arrays(x, w, b_one, [k for k in names if k not in consts], res, n if p.static else None)
+    values = {**arrays, **consts}
+    add(f"rows {op} {label} n={n} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} {p}",
+        RL._VARIANTS[op, p.static][p.hints], [values[k] for k in names])  # fmt: skip
 
 
 def _rows_jobs(add):
@@ -358,36 +377,41 @@ def _rows_jobs(add):
             for op in ("forward", "backward"):
                 p = plan(op, 4099, 1, n, es, 132)
                 if p is not None:
-                    _rows_job(add, f"n={n}", op, p, x, x)
+                    _rows_job(add, "plan", op, p, n, x, x)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     for x in DTYPES:
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
         for w, casting, store in pairwise(weights, _castings(x), (True, False)):
-            _rows_job(add, "flags", "forward", rep["forward"], x, w, casting, store)
+            _rows_job(add, "flags", "forward", rep["forward"], 4096, x, w, casting, store)
         for w, casting in pairwise(weights, _castings(x)):
-            _rows_job(add, "flags", "backward", rep["backward"], x, w, casting)
+            _rows_job(add, "flags", "backward", rep["backward"], 4096, x, w, casting)
     for op in ("forward", "backward"):
-        _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), "bfloat16", "bfloat16", b_one=False)
+        _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), 128, "bfloat16", "bfloat16", b_one=False)
         # head dim 96 of a fused QKV view (torch_impl: plan.short_view_rows)
         p96 = plan(op, 4096, 32, 96, 2, 132, any_length=True, persistent=True)
-        _rows_job(add, "short view", op, p96, "bfloat16", "bfloat16", b_one=False)
+        _rows_job(add, "short view", op, p96, 96, "bfloat16", "bfloat16", b_one=False)
+        # the runtime-layout twins (rows.launch.STATIC_LAYOUTS' fallback): an aligned plan
+        _rows_job(add, "runtime layout", op, plan(op, 4099, 1, 4096, 2, 132, static=False), 4096, "bfloat16",
+                  "bfloat16")  # fmt: skip
     # The fused residual add on row tiles (experimental/fused_add, planned on the 4-byte line):
     # each residual flavour at a one-piece and a two-piece plan, each stream / residual dtype pair
     # at one flavour.
     flavours = ((K.RESIDUAL_ADD, True), (K.RESIDUAL_ADD, False), (K.RESIDUAL_ADD_UNSTORED, False))
     for n in (4096, 6144):
         for residual, store in flavours:
-            _rows_job(add, f"fused n={n}", "forward", plan("forward", 4099, 1, n, 4, 132), "bfloat16", "bfloat16",
+            _rows_job(add, "fused", "forward", plan("forward", 4099, 1, n, 4, 132), n, "bfloat16", "bfloat16",
                       store=store, res="bfloat16", residual=residual)  # fmt: skip
     for x, res in FUSED_STREAMS[1:]:
-        _rows_job(add, "fused", "forward", plan("forward", 4099, 1, 4096, 4, 132), x, x, res=res,
+        _rows_job(add, "fused", "forward", plan("forward", 4099, 1, 4096, 4, 132), 4096, x, x, res=res,
                   residual=K.RESIDUAL_ADD)  # fmt: skip
     _ALIGNED[0] = False
     try:
         for op in ("forward", "backward"):
             # one-row tiles (a gathered last piece), gathered multi-row tiles, fp32's padded piece
             for x, es, n in (("bfloat16", 2, 3001), ("bfloat16", 2, 510), ("float16", 2, 74), ("float32", 4, 133)):
-                _rows_job(add, "unaligned", op, plan(op, 4099, 1, n, es, 132, lanes=False), x, x, b_one=False)
+                for static in (True, False):  # static: plain multi-row forward tiles; runtime: gathered
+                    p = plan(op, 4099, 1, n, es, 132, lanes=False, static=static)
+                    _rows_job(add, "unaligned", op, p, n, x, x, b_one=False)
         _long_jobs(add)
         _lanes_jobs(add)
     finally:
@@ -404,17 +428,21 @@ def _long_jobs(add):
     rstd = arr("float32", 2, last_div=1)
     cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
              ("float32", K.CAST_GEMMA, True))  # fmt: skip
+    n = 25263
     for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
-        for x, casting, has_weight in cases:
-            p = long_plan(op, 4099, 1, 25263, ELEMENT_BYTES[x], 132)
-            rows = arr(x, 3)
+        for i, (x, casting, has_weight) in enumerate(cases):
+            static = i > 0  # the first case on runtime layouts (rows.launch.STATIC_LAYOUTS' fallback)
+            p = long_plan(op, 4099, 1, n, ELEMENT_BYTES[x], 132, static)
+            chunks = -(-n // p.widths[0]) * p.widths[0]
+            arrays = _rows_arrays(x, x if has_weight else None, True, ["x", "w", "dw_partial"], None,
+                                  n if static else None, chunks)  # fmt: skip
+            rows = arrays["x"]
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
-                          dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
-                          c_out=rstd, c_in=rstd, dw_partial=arr("float32", 2) if has_weight else rows, eps=F32,
-                          offset=F32)  # fmt: skip
+                          dy=rows, dx=rows, y=rows, w=arrays["w"], rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
+                          dw_partial=arrays["dw_partial"], eps=F32, offset=F32)  # fmt: skip
             for name in kernels:
-                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name][p.hints],
+                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, static][p.hints],
                     [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
@@ -429,18 +457,21 @@ def _lanes_jobs(add):
     cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
              ("bfloat16", 81, K.CAST_GEMMA, False, True), ("float32", 81, K.CAST_GEMMA, True, True),
              ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
-    for x, n, casting, has_weight, store in cases:
+    for i, (x, n, casting, has_weight, store) in enumerate(cases):
         for b in (1, 6):
             for op in ("forward", "backward"):
-                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
-                rows = arr(x, 3)
+                static = i > 0 or b > 1  # the first 2-D case on runtime layouts (STATIC_LAYOUTS' fallback)
+                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=static)
+                arrays = _rows_arrays(x, x if has_weight else None, b == 1, ["x", "w", "dw_partial"], None,
+                                      n if static else None, p.widths[0])  # fmt: skip
+                rows = arrays["x"]
                 name = op + "_lanes"
                 values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store,
                               ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows, y=rows, dy=rows, dx=rows,
-                              w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
-                              dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
+                              w=arrays["w"], rstd_out=rstd, rstd_in=rstd, dw_partial=arrays["dw_partial"], eps=F32,
+                              offset=F32)  # fmt: skip
                 add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
-                    RL._VARIANTS[name][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+                    RL._VARIANTS[name, static][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

@@ -268,13 +268,50 @@ LOADS_CASES = [
 
 @pytest.mark.parametrize("shape,what,loads", LOADS_CASES, ids=[c[1] for c in LOADS_CASES])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_rows_loads_either_way(dev, shape, what, loads, dtype, gen):
+@pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
+def test_rows_loads_either_way(dev, shape, what, loads, dtype, static, gen):
     """Either way of reading the row tiles (kernels.LOADS_*) is right wherever the rules do not
-    pick it: gathers on aligned rows, plain loads on unaligned ones."""
+    pick it: gathers on aligned rows, plain loads on unaligned ones; on the static-layout kernels
+    and on their runtime-layout twins."""
     x, dy, w = make_inputs(shape, dtype, dev, has_weight=True, generator=gen)
-    out = _poisoned_run(x, dy, w, "llama", 0.0, loads=loads)
+    out = _poisoned_run(x, dy, w, "llama", 0.0, loads=loads, static=static)
     y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
     check_all(out, {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tolerances(dtype, w.dtype, "llama"), _few_rows(x, dy))
+
+
+RUNTIME_CASES = [((37, 1098), "multi-row tiles, gathered"), ((5, 4974), "one-row tiles, two pieces"),
+                 ((37, 191), "lanes"), ((3, 25263), "long rows"), ((9, 4096), "aligned")]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape,what", RUNTIME_CASES, ids=[c[1] for c in RUNTIME_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_runtime_layouts(dev, shape, what, dtype, gen):
+    """The runtime-layout twins (the launchers' fallback past rows.launch.STATIC_LAYOUTS) of every
+    kernel kind on the rules' plans for runtime layouts, every output against float64."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(op, a, b, n, es, sms):
+        p = plan(op, a, b, n, es, sms, any_length=True, static=False)
+        return p if p is not None else long_plan(op, a, b, n, es, sms, static=False)
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
+def test_static_layouts_are_bounded(monkeypatch):
+    """The launchers plan a process's first STATIC_LAYOUTS row layouts (B, N) on static-layout
+    kernels, later ones on runtime layouts (no compile per new length); the interpreter, which
+    compiles nothing, plans them all static."""
+    monkeypatch.setattr(RL, "STATIC_LAYOUTS", 3)
+    monkeypatch.setattr(RL, "_static_layouts", set())
+    assert not interpret.is_enabled()
+    assert [RL.static_layout(1, n) for n in (100, 200, 300, 400)] == [True, True, True, False]
+    assert RL.static_layout(1, 100) and not RL.static_layout(2, 100) and len(RL._static_layouts) == 3
+    assert RL.plan("forward", 99, 1, 1098, 2, SMS).static is False  # a fourth layout: runtime
+    assert RL.plan("forward", 99, 1, 200, 2, SMS, any_length=True).static is True
+    assert RL.plan("forward", 99, 1, 1098, 2, SMS, static=True).static is True  # an explicit choice stands
+    with interpret.interpreting():
+        assert RL.static_layout(1, 12345)
+    assert len(RL._static_layouts) == 3
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -401,7 +438,8 @@ def test_unaligned_rows_take_the_row_tiles():
     a row-tile plan forward and backward, whatever A (batch invariance), read through gathers
     where a tile holds several rows (and in 16-bit one-row tiles); short 4-byte ones as one
     padded piece, short 16-bit ones as at most two of 32 elements or more; rows that are a
-    multiple of 16 bytes keep the earlier rules and plain loads."""
+    multiple of 16 bytes keep the earlier rules and plain loads. With static layouts (the
+    default) the forward's multi-row tiles take plain loads (plan.STATIC_PLAIN_ROWS)."""
     for n, es in ((133, 2), (510, 2), (2265, 2), (8686, 2), (74, 4), (133, 4), (2265, 4)):
         assert unaligned(n, es) and backward_by_default(n, es), (n, es)
         plans = {plan("forward", a, 1, n, es, SMS).widths for a in (1, 7, 4099, 100000)}
@@ -412,7 +450,9 @@ def test_unaligned_rows_take_the_row_tiles():
     # the row tiles (lanes=False: fused add, FP8, probes): 16-bit rows as two pieces, as measured
     assert {plan(op, 9, 1, 74, 2, SMS, lanes=False).widths for op in OPS} == {(64, 32, 0)}
     assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
-    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # several rows a tile
+    assert plan("forward", 9, 1, 510, 2, SMS, static=False).loads == K.LOADS_GATHER  # several rows a tile
+    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_PLAIN  # ... whose N and row stride are compiled in
+    assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
     assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads
     assert plan("forward", 9, 1, 512, 2, SMS).loads == K.LOADS_PLAIN
@@ -514,11 +554,15 @@ def test_pieces_checked_element_by_element_are_gathered():
     """A piece checked along N whose row length the JIT cannot prove a multiple of 16 elements
     is gathered (a plain zero-padded load of it branches an element), aligned rows too, where
     unaligned ones are and where the piece is the whole row; one-row tiles of several pieces keep
-    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads."""
+    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads. With static
+    layouts (the default) the forward's multi-row tiles load plainly (plan.STATIC_PLAIN_ROWS)."""
     for op in OPS:
         for n, es in ((8116, 4), (3900, 4), (1000, 4), (436, 4)):
             assert not unaligned(n, es) and n % 16, (n, es)
-            assert plan(op, 9999, 1, n, es, SMS, any_length=True).loads == K.LOADS_GATHER, (op, n)
+            assert plan(op, 9999, 1, n, es, SMS, any_length=True, static=False).loads == K.LOADS_GATHER, (op, n)
+            p = plan(op, 9999, 1, n, es, SMS, any_length=True)
+            plain = op == "forward" and p.tile_a * p.tile_b > 1
+            assert p.loads == (K.LOADS_PLAIN if plain else K.LOADS_GATHER), (op, n)
         assert plan(op, 9999, 1, 5000, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 4096 + 1024, one row
         assert plan(op, 9999, 1, 4080, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 16 divides 4080
 

@@ -72,9 +72,14 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
     code = 0 if x.dtype != torch.float32 else 1
     info = device_info(0)
     p = _plan(c)
-    part = torch.empty((p.grid, p.widths[0] if p.kind == "lanes" else n), device="cuda")
-    args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code,
-            lambda shape: part)  # fmt: skip
+    bufs = {}  # the workspaces by shape (long rows take two), made once, outside the timed replays
+
+    def empty_f32(shape):
+        if tuple(shape) not in bufs:
+            bufs[tuple(shape)] = torch.empty(shape, device="cuda")
+        return bufs[tuple(shape)]
+
+    args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
     return p, lambda: RL.run_backward(*args, info, torch.cuda.current_stream().cuda_stream)
 
 
@@ -131,7 +136,7 @@ class Recorder:
         kw = {}
         if p is not None:
             kw = dict(tile=f"{p.tile_a}x{p.tile_b}", widths="+".join(str(w) for w in p.widths if w), warps=p.warps,
-                      occupancy=p.occupancy, regs=c["regs"], grid=p.grid)  # fmt: skip
+                      occupancy=p.occupancy, regs=c.get("regs", ""), grid=p.grid)  # fmt: skip
         row = dict(self.base, who=who, us=round(us, 2) if us else "", pct_copy=pct, err=err, **kw)
         self.writer.writerow(row)
         self.f.flush()
@@ -186,9 +191,11 @@ def warm_all(shapes, cands):
 
 
 def _loads_label(c):
-    """A candidate that names its loads (rows.kernels.LOADS_*) or the lanes kernels is labelled by them."""
+    """A candidate that names its loads (rows.kernels.LOADS_*), the lanes kernels or runtime
+    layouts ("static": false) is labelled by them."""
     lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "")
-    return lanes + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
+    static = "-runtime" if c.get("static") is False else ""
+    return static + lanes + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
 def _tol(dtype):
@@ -212,15 +219,15 @@ def time_forward(torch, rec, sets, cands):
     with torch.no_grad():
         rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
                                   for s in sets], 50))  # fmt: skip
-    for c in cands:
-        for persistent in (False, True):
+    for c in cands:  # "persistent": null in a candidate: the rules' grid only
+        for persistent in (c["persistent"],) if "persistent" in c else (False, True):
             calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
             p = calls[0][0]
             ys[0].fill_(float("nan"))
             rs[0].fill_(float("nan"))
             calls[0][1]()
             err = max(rel(ys[0], yref), rel(rs[0], rref))
-            who = ("rows-persistent" if persistent else "rows") + _loads_label(c)
+            who = {None: "rows-rules", False: "rows", True: "rows-persistent"}[persistent] + _loads_label(c)
             if not err < _tol(dtype):
                 rec(who, None, f"wrong {err:.2e}", c, p)
                 continue

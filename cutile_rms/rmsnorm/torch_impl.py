@@ -15,7 +15,6 @@ from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import backward_by_default, short_view_rows
-from cutile_rms.rows.plan import plan as rows_plan
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -207,9 +206,9 @@ def _rows_plan(op: str, x: torch.Tensor):
         return None, a, b, n
     index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
     info = INTERPRET_DEVICE if index < 0 else device_info(index)
-    p = rows_plan(op, a, b, n, es, info.num_sms)
+    p = RL.plan(op, a, b, n, es, info.num_sms)
     if p is None and b > 1 and short_view_rows(n, es):
-        p = rows_plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
+        p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
     return p, a, b, n
 
 

@@ -24,7 +24,22 @@ overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dr
 longer than one block holds (plan.long_plan) run on the long-row kernels at the end.
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
+
+Static row layouts: every kernel here takes its rows as ``RowArray`` (N and the three strides
+compile-time constants, cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW
+partials as ``RowVector`` (the last dim constant), so a launch compiles once per row length and
+layout, as torch.compile and Quack do, and M stays a runtime value. Knowing N and the row stride,
+tileiras drops the loads, stores and checks of the lanes past N and vectorizes to the widest
+width the row stride divides: 4 bytes for a 16-bit row of even length, 8 for one of a multiple
+of 4 (the JIT of a runtime layout proves 16 bytes or nothing, so such rows loaded 2 bytes an
+element). SASS, sm_90 (bench/NOTES.md, session 20): bf16 4 x 2048 tiles of rows of 1098, 2680
+instructions a tile gathered at runtime, 536 on static plain loads with LDG.E (4-byte) loads.
+``dynamic(kernel)`` is the same kernel with runtime layouts: the launchers' fallback once a
+process has compiled rows.launch.STATIC_LAYOUTS layouts (each costs a compile).
 """
+
+import types
+from typing import Annotated
 
 import cuda.tile as ct
 
@@ -37,6 +52,23 @@ from cutile_rms.rmsnorm.kernels import (
 ZERO = ct.PaddingMode.ZERO
 C_INT = ct.Constant[int]
 C_BOOL = ct.Constant[bool]
+# (A, B, N) rows whose N and strides are compile-time constants; (..., N) vectors whose N is.
+RowArray = Annotated[ct.Array, ct.ArrayAnnotation(static_shape_dims=(-1,), static_stride_dims=(0, 1, 2))]
+RowVector = Annotated[ct.Array, ct.ArrayAnnotation(static_shape_dims=(-1,))]
+
+
+DYNAMIC = {}  # kernel object -> the same kernel with runtime layouts (row_kernel)
+
+
+def row_kernel(fn):
+    """@ct.kernel of fn, whose arrays take static layouts, and a second kernel object of the same
+    code with runtime layouts (its annotations without ct.ArrayAnnotation) kept in DYNAMIC."""
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    twin.__qualname__, twin.__module__, twin.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    twin.__annotations__ = {k: ct.Array if v in (RowArray, RowVector) else v for k, v in fn.__annotations__.items()}
+    kernel = ct.kernel(fn)
+    DYNAMIC[kernel] = ct.kernel(twin)
+    return kernel
 
 
 # How a kernel reads and writes its row tiles (the LOADS constant): plain loads straight to
@@ -228,10 +260,10 @@ def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
     return LOADS == LOADS_GATHER and CHECK_A and (ia + 1) * TILE_A <= a
 
 
-@ct.kernel
-def rows_fwd(x, r, w, y, s_out, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
-             W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL,
-             CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArray, rstd_out, eps, offset,
+             TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
+             STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
     """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise). RESIDUAL
     (the core kernels' RESIDUAL_*): NONE normalizes x (r and s_out are placeholders); ADD
     normalizes s = x + r (an fp32 add rounded once to s_out's dtype) and stores it to s_out;
@@ -310,10 +342,10 @@ def _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A
     return a0, a1, a2
 
 
-@ct.kernel
-def rows_bwd(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT,
-             W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL,
-             LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
+             TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
+             CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
     """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
     HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
@@ -395,9 +427,9 @@ def _store_lanes(a, ia, ib, t):
     ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
 
 
-@ct.kernel
-def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
-                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+@row_kernel
+def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
+                   L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
@@ -414,9 +446,10 @@ def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
 
-@ct.kernel
-def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
-                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL):  # fmt: skip
+@row_kernel
+def rows_bwd_lanes(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
+                   TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL,
+                   ROUND_XHAT: C_BOOL):  # fmt: skip
     """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
     through one ct.store an iteration, and this block's dW, summed in a lanes-shaped accumulator,
     goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0)."""
@@ -489,9 +522,9 @@ def _long_row_sum(x, dy, w, ia, ib, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIG
     return acc
 
 
-@ct.kernel
-def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
-                  STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
+                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it)."""
@@ -509,8 +542,10 @@ def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@ct.kernel
-def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+@row_kernel
+def rows_dot_long(
+    x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT
+):
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
     fp32); blocks stride over the rows."""
     n = x.shape[2]
@@ -543,9 +578,9 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 
 
-@ct.kernel
-def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
-                  ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_bwd_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_in, dx: RowArray, dw_partial: RowVector,
+                  offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
     writes dx of chunk j of rows g, g + G, ... and their dW into dw_partial[g, chunk j] ((G,
     chunks x TILE_N) fp32, whole chunks: the padded columns, past N, sum to nothing the

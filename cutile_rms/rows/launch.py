@@ -7,17 +7,26 @@ replaced by placeholders that the kernels' compile-time flags never touch.
 Each kernel's host-side signature is spelled once, here (FORWARD_PARAMS, BACKWARD_PARAMS): the
 launchers and the AOT compile check build their argument lists from it, and a test checks it
 against the kernels' own parameters.
+
+A plan's ``static`` picks the kernels compiled for its row layout (kernels.RowArray) or those
+of runtime layouts; ``plan`` here gives a process's first STATIC_LAYOUTS row layouts static
+plans (``static_layout``), so that a caller with ever new row lengths does not compile without
+bound.
 """
 
+import threading
+
+from cutile_rms import interpret
 from cutile_rms._launch import launch
 from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants
 from cutile_rms.rows import kernels as K
-from cutile_rms.rows.plan import RowsPlan, plan
+from cutile_rms.rows.plan import RowsPlan
+from cutile_rms.rows.plan import plan as rules_plan
 
 __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments", "backward_values",
-           "forward_values", "lanes_values", "plan", "run_backward", "run_forward"]  # fmt: skip
+           "forward_values", "lanes_values", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
@@ -44,7 +53,36 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
-_VARIANTS = {op: HintVariants(kernel) for op, (kernel, _) in KERNELS.items()}
+# Kernel objects by (op, static) and hints: static layouts, or the same kernels' runtime twins.
+_VARIANTS = {(op, static): HintVariants(kernel if static else K.DYNAMIC[kernel])
+             for op, (kernel, _) in KERNELS.items() for static in (True, False)}  # fmt: skip
+# Row layouts (B, N) a process runs on static kernels, each compiled for it on first use (about a
+# second of tileiras a kernel): more than a model's norms use (hidden size, head dims, a fused
+# QKV view), fewer than a sweep over row lengths would compile.
+STATIC_LAYOUTS = 64
+_static_layouts: set = set()
+_static_lock = threading.Lock()
+
+
+def static_layout(b: int, n: int) -> bool:
+    """Whether (A, B, n) rows run on the static-layout kernels: the first STATIC_LAYOUTS (B, n) of
+    the process do, later ones run on runtime layouts (no compile per layout); the interpreter
+    compiles nothing and always plans static."""
+    key = (b, n)
+    if key in _static_layouts or interpret.is_enabled():
+        return True
+    with _static_lock:
+        if len(_static_layouts) < STATIC_LAYOUTS:
+            _static_layouts.add(key)
+            return True
+    return False
+
+
+def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, **overrides) -> RowsPlan | None:
+    """rows.plan.plan, static where ``static_layout`` allows (overrides: its keywords)."""
+    if "static" not in overrides:
+        overrides["static"] = static_layout(b, n)
+    return rules_plan(op, a, b, n, elem_size, num_sms, **overrides)
 
 
 def _tile_values(p: RowsPlan) -> dict:
@@ -93,14 +131,14 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
         values = dict(_long_values(p) if p.kind == "long" else lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight,
                       STORE_RSTD=rstd is not None, x=x, w=weight if has_weight else x, y=y,
                       rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
-        launch(stream, (p.grid,), _VARIANTS[op][p.hints], arguments(op, values))
+        launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
         return
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = forward_values(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
                   rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
-    launch(stream, (p.grid,), _VARIANTS["forward"][p.hints], arguments("forward", values))
+    launch(stream, (p.grid,), _VARIANTS["forward", p.static][p.hints], arguments("forward", values))
 
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
@@ -121,7 +159,7 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
         p, has_weight, round_xhat)  # fmt: skip
     values.update(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
-    launch(stream, (p.grid,), _VARIANTS[op][p.hints], arguments(op, values))
+    launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
     if has_weight:
         _reduce_dw(partial[:, :n] if lanes else partial, dw, device, stream)  # lanes: the first n of W columns
 
@@ -146,7 +184,8 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
                   dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c, c_in=c, dx=dx,
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
     dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
-    launch(stream, (dot_grid,), _VARIANTS["dot_long"][p.hints], arguments("dot_long", values))
-    launch(stream, (p.grid, chunks), _VARIANTS["backward_long"][p.hints], arguments("backward_long", values))
+    launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
+    launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],
+           arguments("backward_long", values))  # fmt: skip
     if has_weight:
         _reduce_dw(partial[:, :n], dw, device, stream)  # its first n columns (rows 16-byte aligned)

@@ -178,6 +178,18 @@ GATHERED_WARPS_PER_SM = 16
 # bf16 16384 x 8192 136.0 -> 135.5, fp32 16384 x 8192 263.1 -> 263.5, fp32 16384 x 7168 229.4 ->
 # 229.3.
 ODD_HINT_MIN_REGS = 128
+# Static layouts (kernels.RowArray: N and the row strides compile-time constants, the default;
+# runtime layouts are the launchers' fallback, rows.launch.STATIC_LAYOUTS). Knowing N, tileiras
+# drops every load, store and check of the lanes past it, and knowing the row stride it loads 4 or
+# 8 bytes at a time where the stride allows; a zero-padded plain ct.load of a checked piece then
+# compiles without the branch per element that made the gathers above necessary. So with static
+# layouts the forward's multi-row tiles read checked pieces with plain loads (STATIC_PLAIN_ROWS).
+# SASS, sm_90, tileiras 13.4, instructions a tile (runtime gathered / static gathered / static
+# plain): bf16 4 x 2048 of rows of 1098 2680 / 1352 / 536 (LDG.U16 x 144 -> LDG.E x 15, 4-byte
+# loads), of 1319 2680 / 1680 / 624; bf16 16 x 512 of 510 3168 / 2720 (96 bytes of stack) / 928;
+# fp32 16 x 256 of 133 1776 / 1672 / 1128. One-row tiles keep their gathered last piece (bf16
+# 4096 + 1024 of 4974 832 / 632 / 1224) and the backward its rules (bf16 2 x (1024 + 64 + 16) of
+# 1098 1496 / 1480 / 2896, plain spilled 80 bytes). The H200 probe of session 20 measures it.
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -267,7 +279,8 @@ class RowsPlan:
     loads: how the tiles are read and written (kernels.LOADS_*: plain, TMA or gather). kind
     "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
-    by ``lanes`` lanes of widths[0] // lanes elements."""
+    by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
+    and strides as compile-time constants (kernels.RowArray), else runtime layouts."""
 
     op: str
     tile_a: int
@@ -281,6 +294,7 @@ class RowsPlan:
     loads: int = LOADS_PLAIN
     kind: str = "tile"
     lanes: int = 0
+    static: bool = True
 
     @property
     def hints(self) -> tuple:
@@ -335,7 +349,7 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
     return _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))
 
 
-def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
+def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, static: bool = True) -> RowsPlan:
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above)."""
     chunk = LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
@@ -347,7 +361,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> 
         occupancy = LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     return RowsPlan(op, 1, 1, (chunk, 0, 0), LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, LOADS_GATHER,
-                    "long")  # fmt: skip
+                    "long", 0, static)  # fmt: skip
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
@@ -361,7 +375,7 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
-               warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+               warps: int | None = None, occupancy: int | None = None, static: bool = True) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above); the keywords override the rules (probes)."""
     w = _next_pow2(n)
@@ -372,28 +386,30 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or LANES_OCCUPANCY
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
+                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS), static)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
-         any_length: bool = False, lanes: bool | None = None) -> RowsPlan | None:  # fmt: skip
+         any_length: bool = False, lanes: bool | None = None, static: bool = True) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
     choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
     the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES);
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
-    overrides the rules, False for callers whose kernels have only the row-tile layout)."""
+    overrides the rules, False for callers whose kernels have only the row-tile layout; static:
+    the kernels compile the row layout in, STATIC_PLAIN_ROWS, else runtime layouts)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
-        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
+        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
+                          static=static)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
@@ -414,7 +430,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
         long = unal and (op == "backward" or elem_size < 4)  # fp32 forward: the core's split kernels
-        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
+        return long_plan(op, a, b, n, elem_size, num_sms, static) if long else None
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
@@ -455,10 +471,14 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     tiles = -(-a // tile_a) * (b // tile_b)
     if loads is None:  # gathers for pieces checked element by element (above GATHERED_BWD_MIN_WIDTH)
         checked = unal or (width != n and n % VECTOR_ELEMS != 0)
-        loads = LOADS_GATHER if checked and (rows > 1 or elem_size < 4 or len(ps) == 1) else LOADS_PLAIN
+        gather = checked and (rows > 1 or elem_size < 4 or len(ps) == 1)
+        if static and op == "forward" and rows > 1:  # STATIC_PLAIN_ROWS
+            gather = False
+        loads = LOADS_GATHER if gather else LOADS_PLAIN
     if persistent is None:
         one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
-    return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads)
+    return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
+                    static)  # fmt: skip
