@@ -390,9 +390,21 @@ def _rows_jobs(add):
         # head dim 96 of a fused QKV view (torch_impl: plan.short_view_rows)
         p96 = plan(op, 4096, 32, 96, 2, 132, any_length=True, persistent=True)
         _rows_job(add, "short view", op, p96, 96, "bfloat16", "bfloat16", b_one=False)
-        # the runtime-layout twins (rows.launch.STATIC_LAYOUTS' fallback): an aligned plan
-        _rows_job(add, "runtime layout", op, plan(op, 4099, 1, 4096, 2, 132, static=False), 4096, "bfloat16",
-                  "bfloat16")  # fmt: skip
+    # static layouts (plan.static_fit: 16-bit rows of an even length not a multiple of 8): multi-row
+    # forward tiles on plain loads, one-row tiles of several pieces, 8 warps; every flag pairwise at
+    # one plan; and the same rows on runtime layouts (rows.launch.STATIC_LAYOUTS' fallback)
+    for n in (1098, 3260, 2876, 7724):
+        for op in ("forward", "backward"):
+            for static in (True, False):
+                _rows_job(add, "static", op, plan(op, 4099, 1, n, 2, 132, static=static), n, "bfloat16", "bfloat16")
+    for x in ("bfloat16", "float16"):
+        weights = [x, "float32", None]
+        at = {op: plan(op, 4099, 1, 1098, 2, 132) for op in ("forward", "backward")}
+        for w, casting, store in pairwise(weights, _castings(x), (True, False)):
+            _rows_job(add, "static flags", "forward", at["forward"], 1098, x, w, casting, store)
+        for w, casting in pairwise(weights, _castings(x)):
+            _rows_job(add, "static flags", "backward", at["backward"], 1098, x, w, casting)
+        _rows_job(add, "static heads", "forward", plan("forward", 4096, 6, 1098, 2, 132), 1098, x, x, b_one=False)
     # The fused residual add on row tiles (experimental/fused_add, planned on the 4-byte line):
     # each residual flavour at a one-piece and a two-piece plan, each stream / residual dtype pair
     # at one flavour.
@@ -428,21 +440,17 @@ def _long_jobs(add):
     rstd = arr("float32", 2, last_div=1)
     cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
              ("float32", K.CAST_GEMMA, True))  # fmt: skip
-    n = 25263
     for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
-        for i, (x, casting, has_weight) in enumerate(cases):
-            static = i > 0  # the first case on runtime layouts (rows.launch.STATIC_LAYOUTS' fallback)
-            p = long_plan(op, 4099, 1, n, ELEMENT_BYTES[x], 132, static)
-            chunks = -(-n // p.widths[0]) * p.widths[0]
-            arrays = _rows_arrays(x, x if has_weight else None, True, ["x", "w", "dw_partial"], None,
-                                  n if static else None, chunks)  # fmt: skip
-            rows = arrays["x"]
+        for x, casting, has_weight in cases:
+            p = long_plan(op, 4099, 1, 25263, ELEMENT_BYTES[x], 132)
+            rows = arr(x, 3)
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
-                          dy=rows, dx=rows, y=rows, w=arrays["w"], rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
-                          dw_partial=arrays["dw_partial"], eps=F32, offset=F32)  # fmt: skip
+                          dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
+                          c_out=rstd, c_in=rstd, dw_partial=arr("float32", 2) if has_weight else rows, eps=F32,
+                          offset=F32)  # fmt: skip
             for name in kernels:
-                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, static][p.hints],
+                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, False][p.hints],
                     [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
@@ -457,21 +465,18 @@ def _lanes_jobs(add):
     cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
              ("bfloat16", 81, K.CAST_GEMMA, False, True), ("float32", 81, K.CAST_GEMMA, True, True),
              ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
-    for i, (x, n, casting, has_weight, store) in enumerate(cases):
+    for x, n, casting, has_weight, store in cases:
         for b in (1, 6):
             for op in ("forward", "backward"):
-                static = i > 0 or b > 1  # the first 2-D case on runtime layouts (STATIC_LAYOUTS' fallback)
-                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=static)
-                arrays = _rows_arrays(x, x if has_weight else None, b == 1, ["x", "w", "dw_partial"], None,
-                                      n if static else None, p.widths[0])  # fmt: skip
-                rows = arrays["x"]
+                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
+                rows = arr(x, 3)
                 name = op + "_lanes"
                 values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store,
                               ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows, y=rows, dy=rows, dx=rows,
-                              w=arrays["w"], rstd_out=rstd, rstd_in=rstd, dw_partial=arrays["dw_partial"], eps=F32,
-                              offset=F32)  # fmt: skip
+                              w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
+                              dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
                 add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
-                    RL._VARIANTS[name, static][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+                    RL._VARIANTS[name, False][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

@@ -292,26 +292,29 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
 
     def plan_of(op, a, b, n, es, sms):
         p = plan(op, a, b, n, es, sms, any_length=True, static=False)
-        return p if p is not None else long_plan(op, a, b, n, es, sms, static=False)
+        return p if p is not None else long_plan(op, a, b, n, es, sms)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
 def test_static_layouts_are_bounded(monkeypatch):
-    """The launchers plan a process's first STATIC_LAYOUTS row layouts (B, N) on static-layout
-    kernels, later ones on runtime layouts (no compile per new length); the interpreter, which
-    compiles nothing, plans them all static."""
+    """The launchers plan a process's first STATIC_LAYOUTS row layouts (B, N) that the rules put on
+    static layouts (plan.static_fit) on them, later ones on runtime layouts (no compile per new
+    length); the interpreter, which compiles nothing, takes no place."""
     monkeypatch.setattr(RL, "STATIC_LAYOUTS", 3)
     monkeypatch.setattr(RL, "_static_layouts", set())
     assert not interpret.is_enabled()
     assert [RL.static_layout(1, n) for n in (100, 200, 300, 400)] == [True, True, True, False]
     assert RL.static_layout(1, 100) and not RL.static_layout(2, 100) and len(RL._static_layouts) == 3
     assert RL.plan("forward", 99, 1, 1098, 2, SMS).static is False  # a fourth layout: runtime
-    assert RL.plan("forward", 99, 1, 200, 2, SMS, any_length=True).static is True
-    assert RL.plan("forward", 99, 1, 1098, 2, SMS, static=True).static is True  # an explicit choice stands
+    monkeypatch.setattr(RL, "_static_layouts", {(1, 1098)})
+    assert RL.plan("forward", 99, 1, 1098, 2, SMS).static is True  # a known one: static
+    assert RL.plan("forward", 99, 1, 1104, 2, SMS).static is False  # aligned rows: runtime (plan.static_fit)
+    assert RL.plan("forward", 99, 1, 1097, 2, SMS, any_length=True).static is False  # odd rows too
+    assert RL._static_layouts == {(1, 1098)}  # neither took a place
     with interpret.interpreting():
         assert RL.static_layout(1, 12345)
-    assert len(RL._static_layouts) == 3
+    assert RL._static_layouts == {(1, 1098)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -438,8 +441,8 @@ def test_unaligned_rows_take_the_row_tiles():
     a row-tile plan forward and backward, whatever A (batch invariance), read through gathers
     where a tile holds several rows (and in 16-bit one-row tiles); short 4-byte ones as one
     padded piece, short 16-bit ones as at most two of 32 elements or more; rows that are a
-    multiple of 16 bytes keep the earlier rules and plain loads. With static layouts (the
-    default) the forward's multi-row tiles take plain loads (plan.STATIC_PLAIN_ROWS)."""
+    multiple of 16 bytes keep the earlier rules and plain loads. 16-bit rows of an even length
+    run on static layouts (plan.static_fit), where the forward's multi-row tiles take plain loads."""
     for n, es in ((133, 2), (510, 2), (2265, 2), (8686, 2), (74, 4), (133, 4), (2265, 4)):
         assert unaligned(n, es) and backward_by_default(n, es), (n, es)
         plans = {plan("forward", a, 1, n, es, SMS).widths for a in (1, 7, 4099, 100000)}
@@ -451,7 +454,8 @@ def test_unaligned_rows_take_the_row_tiles():
     assert {plan(op, 9, 1, 74, 2, SMS, lanes=False).widths for op in OPS} == {(64, 32, 0)}
     assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
     assert plan("forward", 9, 1, 510, 2, SMS, static=False).loads == K.LOADS_GATHER  # several rows a tile
-    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_PLAIN  # ... whose N and row stride are compiled in
+    assert plan("forward", 9, 1, 511, 2, SMS).loads == K.LOADS_GATHER  # odd: runtime layouts
+    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
     assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
     assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads
@@ -554,15 +558,11 @@ def test_pieces_checked_element_by_element_are_gathered():
     """A piece checked along N whose row length the JIT cannot prove a multiple of 16 elements
     is gathered (a plain zero-padded load of it branches an element), aligned rows too, where
     unaligned ones are and where the piece is the whole row; one-row tiles of several pieces keep
-    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads. With static
-    layouts (the default) the forward's multi-row tiles load plainly (plan.STATIC_PLAIN_ROWS)."""
+    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads."""
     for op in OPS:
         for n, es in ((8116, 4), (3900, 4), (1000, 4), (436, 4)):
             assert not unaligned(n, es) and n % 16, (n, es)
-            assert plan(op, 9999, 1, n, es, SMS, any_length=True, static=False).loads == K.LOADS_GATHER, (op, n)
-            p = plan(op, 9999, 1, n, es, SMS, any_length=True)
-            plain = op == "forward" and p.tile_a * p.tile_b > 1
-            assert p.loads == (K.LOADS_PLAIN if plain else K.LOADS_GATHER), (op, n)
+            assert plan(op, 9999, 1, n, es, SMS, any_length=True).loads == K.LOADS_GATHER, (op, n)
         assert plan(op, 9999, 1, 5000, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 4096 + 1024, one row
         assert plan(op, 9999, 1, 4080, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 16 divides 4080
 

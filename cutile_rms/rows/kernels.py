@@ -25,17 +25,16 @@ longer than one block holds (plan.long_plan) run on the long-row kernels at the 
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
 
-Static row layouts: every kernel here takes its rows as ``RowArray`` (N and the three strides
-compile-time constants, cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW
+Static row layouts: rows_fwd and rows_bwd take their rows as ``RowArray`` (N and the three
+strides compile-time constants, cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW
 partials as ``RowVector`` (the last dim constant), so a launch compiles once per row length and
-layout, as torch.compile and Quack do, and M stays a runtime value. Knowing N and the row stride,
-tileiras drops the loads, stores and checks of the lanes past N and vectorizes to the widest
-width the row stride divides: 4 bytes for a 16-bit row of even length, 8 for one of a multiple
-of 4 (the JIT of a runtime layout proves 16 bytes or nothing, so such rows loaded 2 bytes an
-element). SASS, sm_90 (bench/NOTES.md, session 20): bf16 4 x 2048 tiles of rows of 1098, 2680
-instructions a tile gathered at runtime, 536 on static plain loads with LDG.E (4-byte) loads.
-``dynamic(kernel)`` is the same kernel with runtime layouts: the launchers' fallback once a
-process has compiled rows.launch.STATIC_LAYOUTS layouts (each costs a compile).
+layout, as torch.compile and Quack do; M stays a runtime value. Knowing the row stride, tileiras
+loads a 16-bit row of even length 4 bytes at a time (8 where 4 divides N), which the JIT of a
+runtime layout, proving 16 bytes or nothing, reads 2 bytes an element; knowing N, it drops the
+loads, stores and checks of the lanes past N. plan.static_fit says where the rules take them
+(bench/NOTES.md, session 20). ``DYNAMIC[kernel]`` is the same kernel with runtime layouts: what
+the other rows run, and the launchers' fallback once a process has compiled
+rows.launch.STATIC_LAYOUTS row layouts.
 """
 
 import types
@@ -427,9 +426,9 @@ def _store_lanes(a, ia, ib, t):
     ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
 
 
-@row_kernel
-def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
-                   L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+@ct.kernel
+def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
+                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
@@ -446,10 +445,9 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
 
-@row_kernel
-def rows_bwd_lanes(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
-                   TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL,
-                   ROUND_XHAT: C_BOOL):  # fmt: skip
+@ct.kernel
+def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
+                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL):  # fmt: skip
     """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
     through one ct.store an iteration, and this block's dW, summed in a lanes-shaped accumulator,
     goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0)."""
@@ -522,9 +520,9 @@ def _long_row_sum(x, dy, w, ia, ib, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIG
     return acc
 
 
-@row_kernel
-def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
-                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+@ct.kernel
+def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
+                  STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it)."""
@@ -542,10 +540,8 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@row_kernel
-def rows_dot_long(
-    x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT
-):
+@ct.kernel
+def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
     fp32); blocks stride over the rows."""
     n = x.shape[2]
@@ -578,9 +574,9 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 
 
-@row_kernel
-def rows_bwd_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_in, dx: RowArray, dw_partial: RowVector,
-                  offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
+@ct.kernel
+def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
+                  ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
     writes dx of chunk j of rows g, g + G, ... and their dW into dw_partial[g, chunk j] ((G,
     chunks x TILE_N) fp32, whole chunks: the padded columns, past N, sum to nothing the

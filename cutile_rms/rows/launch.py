@@ -9,9 +9,9 @@ launchers and the AOT compile check build their argument lists from it, and a te
 against the kernels' own parameters.
 
 A plan's ``static`` picks the kernels compiled for its row layout (kernels.RowArray) or those
-of runtime layouts; ``plan`` here gives a process's first STATIC_LAYOUTS row layouts static
-plans (``static_layout``), so that a caller with ever new row lengths does not compile without
-bound.
+of runtime layouts; ``plan`` here keeps static plans (plan.static_fit) to a process's first
+STATIC_LAYOUTS row layouts (``static_layout``), so that a caller with ever new row lengths does
+not compile without bound.
 """
 
 import threading
@@ -53,9 +53,10 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
-# Kernel objects by (op, static) and hints: static layouts, or the same kernels' runtime twins.
-_VARIANTS = {(op, static): HintVariants(kernel if static else K.DYNAMIC[kernel])
-             for op, (kernel, _) in KERNELS.items() for static in (True, False)}  # fmt: skip
+# Kernel objects by (op, static) and hints: runtime layouts (rows_fwd's and rows_bwd's twins, the
+# other kernels themselves), and rows_fwd's and rows_bwd's static layouts.
+_VARIANTS = {(op, False): HintVariants(K.DYNAMIC.get(kernel, kernel)) for op, (kernel, _) in KERNELS.items()}
+_VARIANTS.update({(op, True): HintVariants(kernel) for op, (kernel, _) in KERNELS.items() if kernel in K.DYNAMIC})
 # Row layouts (B, N) a process runs on static kernels, each compiled for it on first use (about a
 # second of tileiras a kernel): more than a model's norms use (hidden size, head dims, a fused
 # QKV view), fewer than a sweep over row lengths would compile.
@@ -79,10 +80,12 @@ def static_layout(b: int, n: int) -> bool:
 
 
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, **overrides) -> RowsPlan | None:
-    """rows.plan.plan, static where ``static_layout`` allows (overrides: its keywords)."""
-    if "static" not in overrides:
-        overrides["static"] = static_layout(b, n)
-    return rules_plan(op, a, b, n, elem_size, num_sms, **overrides)
+    """rows.plan.plan (overrides: its keywords); a static plan only where ``static_layout``
+    still allows one."""
+    p = rules_plan(op, a, b, n, elem_size, num_sms, **overrides)
+    if p is not None and p.static and "static" not in overrides and not static_layout(b, n):
+        p = rules_plan(op, a, b, n, elem_size, num_sms, static=False, **overrides)
+    return p
 
 
 def _tile_values(p: RowsPlan) -> dict:

@@ -100,6 +100,7 @@ __all__ = [
     "pieces",
     "plan",
     "short_view_rows",
+    "static_fit",
     "unaligned",
 ]
 
@@ -178,18 +179,25 @@ GATHERED_WARPS_PER_SM = 16
 # bf16 16384 x 8192 136.0 -> 135.5, fp32 16384 x 8192 263.1 -> 263.5, fp32 16384 x 7168 229.4 ->
 # 229.3.
 ODD_HINT_MIN_REGS = 128
-# Static layouts (kernels.RowArray: N and the row strides compile-time constants, the default;
-# runtime layouts are the launchers' fallback, rows.launch.STATIC_LAYOUTS). Knowing N, tileiras
-# drops every load, store and check of the lanes past it, and knowing the row stride it loads 4 or
-# 8 bytes at a time where the stride allows; a zero-padded plain ct.load of a checked piece then
-# compiles without the branch per element that made the gathers above necessary. So with static
-# layouts the forward's multi-row tiles read checked pieces with plain loads (STATIC_PLAIN_ROWS).
-# SASS, sm_90, tileiras 13.4, instructions a tile (runtime gathered / static gathered / static
-# plain): bf16 4 x 2048 of rows of 1098 2680 / 1352 / 536 (LDG.U16 x 144 -> LDG.E x 15, 4-byte
-# loads), of 1319 2680 / 1680 / 624; bf16 16 x 512 of 510 3168 / 2720 (96 bytes of stack) / 928;
-# fp32 16 x 256 of 133 1776 / 1672 / 1128. One-row tiles keep their gathered last piece (bf16
-# 4096 + 1024 of 4974 832 / 632 / 1224) and the backward its rules (bf16 2 x (1024 + 64 + 16) of
-# 1098 1496 / 1480 / 2896, plain spilled 80 bytes). The H200 probe of session 20 measures it.
+# Static layouts (kernels.RowArray: N and the row strides compile-time constants) where they
+# widen the loads: 16-bit rows of an even length that is not a multiple of 8 (static_fit). Such a
+# row starts 4-byte aligned (8-byte where 4 divides N), which only a compiled-in row stride shows
+# tileiras; at runtime it proves 16 bytes or nothing and reads them 2 bytes an element. On static
+# layouts the forward's multi-row tiles read their checked pieces with plain loads (a zero-padded
+# plain load of N known compiles to 4-byte loads without the element-wise checks the gathers
+# were for). Session 20, H200, graph replay (ab/s20a), runtime -> static, us, bf16 forward:
+# 61119 x 1098 95.6 -> 75.9, 39851 x 1684 78.5 -> 68.9, 20586 x 3260 83.6 -> 71.5, 153919 x 436
+# 84.8 -> 81.3, 30476 x 2202 88.1 -> 77.2, 23334 x 2876 96.0 -> 76.2, 8688 x 7724 93.6 -> 81.7,
+# 13492 x 4974 92.3 -> 87.5, 13031 x 5150 94.3 -> 88.5, but 131586 x 510 80.9 -> 82.9 and 189573 x
+# 354 (16 x (256 + 128), 16 bytes of stack) 112.1 -> 122.8; fp16 1098 94.7 -> 73.8; backward bf16
+# 7724 170.2 -> 141.3, 1684 148.5 -> 139.3, 3260 164.6 -> 160.3, 4974 175.1 -> 171.6, 1098 173.6 ->
+# 174.6, fp16 1098 199.7 -> 169.6. Not elsewhere, measured the same run: odd rows, 2 bytes an
+# element either way (static plain multi-row tiles serialized their loads: bf16 431 on 16 x 512
+# 86.2 -> 191.6 us, SASS 36 loads into 4 registers against 132 into 46; one-row tiles within 2%
+# but 12653, 102.6 -> 96.0), aligned rows (4096 69.1 -> 69.7, 5376 71.3 -> 72.7), fp32 rows (1098
+# forward 136.4 -> 137.4, backward 259.5 -> 269.5), the lanes kernels (backward 1.5-3x slower:
+# bf16 510 141.7 -> 414.9, 138 204.4 -> 460.3; forward 81-191 7-17% slower but 138 141.8 ->
+# 107.6) and the long-row backward (28567 274.8 -> 442.2).
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
@@ -280,7 +288,8 @@ class RowsPlan:
     "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
     by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
-    and strides as compile-time constants (kernels.RowArray), else runtime layouts."""
+    and strides as compile-time constants (kernels.RowArray, ``static_fit``), else runtime
+    layouts."""
 
     op: str
     tile_a: int
@@ -294,7 +303,7 @@ class RowsPlan:
     loads: int = LOADS_PLAIN
     kind: str = "tile"
     lanes: int = 0
-    static: bool = True
+    static: bool = False
 
     @property
     def hints(self) -> tuple:
@@ -305,6 +314,13 @@ def unaligned(n: int, elem_size: int) -> bool:
     """Whether rows of n elements are not a multiple of ALIGN_BYTES long: the core kernels'
     TMA tiles cannot load them, the row tiles take them forward and backward (see above)."""
     return n * elem_size % ALIGN_BYTES != 0
+
+
+def static_fit(n: int, elem_size: int) -> bool:
+    """Whether row tiles of n-element rows run on static layouts (kernels.RowArray) where the
+    caller allows: 16-bit rows of an even length that is not a multiple of 8, which a compiled-in
+    row stride loads 4 or 8 bytes at a time instead of 2 (the comment above static_fit's use)."""
+    return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size)
 
 
 def backward_by_default(n: int, elem_size: int) -> bool:
@@ -349,7 +365,7 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
     return _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))
 
 
-def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, static: bool = True) -> RowsPlan:
+def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above)."""
     chunk = LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
@@ -361,7 +377,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, sta
         occupancy = LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     return RowsPlan(op, 1, 1, (chunk, 0, 0), LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, LOADS_GATHER,
-                    "long", 0, static)  # fmt: skip
+                    "long")  # fmt: skip
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
@@ -375,7 +391,7 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
-               warps: int | None = None, occupancy: int | None = None, static: bool = True) -> RowsPlan:  # fmt: skip
+               warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above); the keywords override the rules (probes)."""
     w = _next_pow2(n)
@@ -386,7 +402,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or LANES_OCCUPANCY
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS), static)  # fmt: skip
+                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -401,15 +417,16 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES);
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
     overrides the rules, False for callers whose kernels have only the row-tile layout; static:
-    the kernels compile the row layout in, STATIC_PLAIN_ROWS, else runtime layouts)."""
+    whether the caller may run static layouts where ``static_fit`` takes them, False: runtime
+    layouts everywhere)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
+    static = static and static_fit(n, elem_size)
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
-        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
-                          static=static)  # fmt: skip
+        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
@@ -430,7 +447,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
         long = unal and (op == "backward" or elem_size < 4)  # fp32 forward: the core's split kernels
-        return long_plan(op, a, b, n, elem_size, num_sms, static) if long else None
+        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
@@ -472,7 +489,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if loads is None:  # gathers for pieces checked element by element (above GATHERED_BWD_MIN_WIDTH)
         checked = unal or (width != n and n % VECTOR_ELEMS != 0)
         gather = checked and (rows > 1 or elem_size < 4 or len(ps) == 1)
-        if static and op == "forward" and rows > 1:  # STATIC_PLAIN_ROWS
+        if static and op == "forward" and rows > 1:  # plain multi-row tiles on static layouts (see above)
             gather = False
         loads = LOADS_GATHER if gather else LOADS_PLAIN
     if persistent is None:
