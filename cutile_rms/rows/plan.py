@@ -72,6 +72,9 @@ the core backward), elsewhere only with ``mode="rows"``.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
+- static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 8): the
+  kernels compile N and the row strides in (kernels.RowArray), which loads such rows 4 or 8 bytes
+  at a time; their multi-row forward tiles take plain loads. The rest run runtime layouts.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
