@@ -322,7 +322,7 @@ def unaligned(n: int, elem_size: int) -> bool:
 def static_fit(n: int, elem_size: int) -> bool:
     """Whether row tiles of n-element rows run on static layouts (kernels.RowArray) where the
     caller allows: 16-bit rows of an even length that is not a multiple of 8, which a compiled-in
-    row stride loads 4 or 8 bytes at a time instead of 2 (the comment above static_fit's use)."""
+    row stride loads 4 or 8 bytes at a time instead of 2 (measured: the comment after ODD_HINT_MIN_REGS)."""
     return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size)
 
 
