@@ -28,6 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
 
+from bench.probes.sass import static as static_rows
 from cutile_rms.experimental.fused_add import launch as FL
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
@@ -312,17 +313,6 @@ def _unaligned_jobs(add):
 ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000)
 
 
-def static_rows(c: ArrayConstraint, n: int, strides) -> ArrayConstraint:
-    """c with the layout a static-layout row kernel compiles in (kernels.RowArray): N and, with
-    strides, every stride constant (what the JIT takes from the array at launch)."""
-    shape = (*(c.shape_constant or [None] * c.ndim)[:-1], n)
-    shape_div = (*c.shape_divisible_by[:-1], 1)  # the constant says it
-    if strides is None:
-        return dataclasses.replace(c, shape_constant=shape, shape_divisible_by=shape_div)
-    return dataclasses.replace(c, shape_constant=shape, shape_divisible_by=shape_div, stride_constant=tuple(strides),
-                               stride_divisible_by=(1,) * c.ndim)  # fmt: skip
-
-
 def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict:
     """Constraints of the row-tile kernels' arrays: (A, B, N) rows (B == 1: a 2-D input, which
     the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials (grid, width
@@ -338,7 +328,7 @@ def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict
         return c if n is None else static_rows(c, n, strides)
 
     def vec(c, last):
-        return c if n is None else static_rows(c, last, None)
+        return c if n is None else static_rows(c, last)
 
     rstd = arr("float32", 2, last_div=1)
     if b_one:

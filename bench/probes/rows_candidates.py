@@ -55,22 +55,12 @@ def params(c):
     """The kernel's constraint list for a candidate (a 2-D input: B == 1), training flags."""
     import cuda.tile as ct
 
-    from bench.probes.sass import F32, array
-    from cutile_rms.rmsnorm import kernels as K
-    from cutile_rms.rows import launch as RL
+    from bench.probes.sass import rows_params
 
     dt = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[c["dtype"]]
-    m, n = c["m"], c["n"]
     p = plan_of(c)
-    rows = array(dt, (m, 1, n))
-    rstd = array(ct.float32, (m, 1))
-    values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd, rstd_in=rstd,
-                  dw_partial=array(ct.float32, (p.grid, n)), eps=F32, offset=F32)  # fmt: skip
-    if c["op"] == "forward":
-        values.update(RL.forward_values(p, K.CAST_LLAMA if dt != ct.float32 else K.CAST_GEMMA, True, True))
-    else:
-        values.update(RL.backward_values(p, True, dt != ct.float32))
-    return RL.KERNELS[c["op"]][0], [values[name] for name in RL.KERNELS[c["op"]][1]], p.hints
+    kernel, ps, hints = rows_params(p, dt, c["m"], 1, c["n"])
+    return kernel, ps, p.hints
 
 
 def report(c):

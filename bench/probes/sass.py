@@ -9,6 +9,7 @@ local memory (spills), shared memory, and counts of the memory instructions by w
 """
 
 import collections
+import dataclasses
 import io
 import os
 import re
@@ -93,27 +94,50 @@ def _aot_array(dtype, shape):
                            may_alias_internally=False, stride_constant=[None] * (nd - 1) + [1])  # fmt: skip
 
 
-def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
-    """(label, kernel, params, hints) of a row-tile kernel (cutile_rms.rows) for an
-    (m, b, n) input, planned by its rules (overrides: plan keywords), training flags."""
+def static(c: ArrayConstraint, n: int, strides=None) -> ArrayConstraint:
+    """c as the dispatcher passes an array to a parameter annotated cutile_rms.rows.kernels.RowArray
+    (strides given: the last dim n and every stride constants) or RowVector (the last dim n)."""
+    shape = (*(c.shape_constant or (None,) * c.ndim)[:-1], n)
+    c = dataclasses.replace(c, shape_constant=shape, shape_divisible_by=(*c.shape_divisible_by[:-1], 1))
+    if strides is None:
+        return c
+    return dataclasses.replace(c, stride_constant=tuple(strides), stride_divisible_by=(1,) * c.ndim)
+
+
+def rows_params(p, dt, m, b, n, strides=None):
+    """(kernel object, constraint list, hints) of the row-tile kernel of plan p (cutile_rms.rows:
+    the static-layout kernel or its runtime twin, as p.static says) for an (m, b, n) input with
+    given or C-contiguous strides, training flags."""
     from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
-    from cutile_rms.rows.plan import plan
 
-    p = plan(op, m, b, n, ES[dt], 132, **overrides)
+    strides = strides or (b * n, n, 1)
     rows = array(dt, (m, b, n), strides)
+    vector, partial = array(dt, (n,)), array(ct.float32, (p.grid, n))
+    if p.static:
+        rows, vector, partial = static(rows, n, strides), static(vector, n), static(partial, n)
     rstd = array(ct.float32, (m, b))
-    values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=array(dt, (n,)), rstd_out=rstd,
-                  rstd_in=rstd, eps=F32, offset=F32, dw_partial=array(ct.float32, (p.grid, n)))  # fmt: skip
-    if op == "forward":
+    values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
+                  eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
+    if p.op == "forward":
         values.update(RL.forward_values(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True, True))
     else:
         values.update(RL.backward_values(p, True, dt != ct.float32))
-    kernel, names = RL.KERNELS[op]
-    occupancy, warps = p.hints
+    _, names = RL.KERNELS[p.op]
+    kernel = RL._VARIANTS[p.op, p.static].kernel
+    return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
+
+
+def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
+    """(label, kernel, params, hints) of a row-tile kernel (cutile_rms.rows) for an
+    (m, b, n) input, planned by its rules (overrides: plan keywords), training flags."""
+    from cutile_rms.rows.plan import plan
+
+    p = plan(op, m, b, n, ES[dt], 132, **overrides)
+    kernel, params, planned = rows_params(p, dt, m, b, n, strides)
     tile = f"{p.tile_a}x{p.tile_b}x{'+'.join(str(w) for w in p.widths if w)}"
-    return (f"{label}: rows {op} {dt} {m}x{b}x{n}, tile {tile}, {warps} warps, occupancy {occupancy}", kernel,
-            [values[k] for k in names], hints or {"occupancy": occupancy, "num_worker_warps": warps})  # fmt: skip
+    return (f"{label}: rows {op} {dt} {m}x{b}x{n}, tile {tile}, {p.warps} warps, occupancy {p.occupancy}", kernel,
+            params, hints or planned)  # fmt: skip
 
 
 def _cases():
