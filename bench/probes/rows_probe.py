@@ -9,7 +9,9 @@ one line per shape (best of each provider).
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
 
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
-occupancy, max_pieces, min_piece, loads); a candidate that names its loads is labelled by them.
+occupancy, max_pieces, min_piece, loads, lanes, static); one that names its loads, the lanes
+kernels or runtime layouts ("static": false) is labelled by them. A forward candidate runs on
+one block per row tile and on a persistent grid, or with "persistent": null on the rules' grid.
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then
