@@ -423,7 +423,7 @@ def _rows_jobs(add):
 def _long_jobs(add):
     """The long-row kernels (unaligned rows past the row tiles' longest): forward with and
     without rstd, the backward's row dot and chunks, each casting mode and weight presence, each
-    element size's plan."""
+    element size's plan; and the forward of aligned 16-bit rows (plan.long_fit: plain loads)."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import long_plan
 
@@ -434,6 +434,18 @@ def _long_jobs(add):
         for x, casting, has_weight in cases:
             p = long_plan(op, 4099, 1, 25263, ELEMENT_BYTES[x], 132)
             rows = arr(x, 3)
+            if op == "forward" and x != "float32":  # aligned rows (22528 elements): plain loads
+                q = long_plan(op, 4099, 1, 22528, ELEMENT_BYTES[x], 132)
+                aligned, _ALIGNED[0] = _ALIGNED[0], True
+                try:
+                    xa, wa = arr(x, 3), arr(x, 1)
+                finally:
+                    _ALIGNED[0] = aligned
+                values = dict(TILE_N=q.widths[0], LOADS=q.loads, CASTING=casting, HAS_WEIGHT=has_weight,
+                              STORE_RSTD=casting != K.CAST_NONE, x=xa, y=xa, w=wa if has_weight else xa, eps=F32,
+                              offset=F32, rstd_out=rstd)  # fmt: skip
+                add(f"rows forward_long {x} aligned cast={casting} w={has_weight} {q}",
+                    RL._VARIANTS["forward_long", False][q.hints], [values[k] for k in RL.KERNELS["forward_long"][1]])
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
                           dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,

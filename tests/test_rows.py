@@ -22,6 +22,7 @@ from cutile_rms.rows.plan import (
     long_plan,
     pieces,
     plan,
+    static_fit,
     unaligned,
 )
 from tests.reference import check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
@@ -83,11 +84,20 @@ def test_plan_rules():
     assert plan("forward", 99, 1, 3584, 2, SMS).hints == (4, 8) and plan("forward", 99, 1, 3584, 2, SMS).tile_a == 4
     f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
     assert f32.grid == 12483 and f32.tile_a == 1
-    big = plan("forward", 2048, 1, 18432, 2, SMS)
-    assert (big.widths, big.warps, big.occupancy, big.grid) == ((16384, 2048, 0), 8, 1, SMS)
+    big = plan("forward", 2048, 1, 18432, 2, SMS)  # aligned 16-bit, over 16 KB, not a power of two: long rows
+    assert (big.kind, big.widths, big.warps, big.occupancy, big.grid, big.loads) == (
+        "long", (4096, 0, 0), 8, 4, 4 * SMS, K.LOADS_PLAIN)  # fmt: skip
+    assert plan("forward", 2048, 1, 18432, 2, SMS, long=False).widths == (16384, 2048, 0)  # the row tiles' own
+    assert plan("forward", 2048, 1, 18432, 2, SMS, tile_rows=1).kind == "tile"  # overrides: the row tiles
+    assert plan("forward", 2979, 1, 22528, 2, SMS).kind == "long"  # past the row tiles: the core padded it to 32768
+    assert plan("forward", 9, 1, 24576 + 2048, 2, SMS) is None  # 4 rows an SM overflow half of L2: the core
+    assert plan("forward", 9, 1, 32768, 2, SMS) is None  # a power of two: the core
+    assert plan("forward", 9, 1, 7168, 2, SMS).kind == "tile"  # 14 KB: the row tiles
+    assert plan("forward", 9, 1, 12288, 4, SMS).kind == "tile"  # fp32: the row tiles
+    assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
     assert plan("forward", 4096, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
     assert plan("forward", 4096, 1, 14336, 4, SMS) is None  # fp32: one block per SM, the core pads 1/7
-    assert plan("forward", 4096, 1, 14336, 2, SMS).occupancy == 2  # 16-bit: two blocks per SM, row tiles
+    assert plan("forward", 4096, 1, 14336, 2, SMS, long=False).occupancy == 2  # 16-bit row tiles: two blocks per SM
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
     assert plan("forward", 2049, 1, 3000, 2, SMS) is None  # 16-bit, not a multiple of 16: the core kernels
     assert plan("forward", 2049, 1, 3000, 2, SMS, any_length=True).check_n
@@ -95,7 +105,8 @@ def test_plan_rules():
     assert plan("forward", 2049, 1, 96, 4, SMS).widths == (64, 32, 0)
     b = plan("backward", 524288, 1, 128, 2, SMS)  # persistent: dW partials of grid x N
     assert b.grid == SMS * b.occupancy and b.tile_a == 32
-    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 2, SMS) is None
+    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 2, SMS).kind == "long"  # long_fit
+    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 4, SMS) is None  # fp32: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 4, 4, SMS) is None  # aligned: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS).kind == "long"  # unaligned: long rows
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
@@ -240,6 +251,26 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, long_plan)
 
 
+# The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
+# overhang N), with the rules' chunk and a narrow one.
+LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a partial chunk"), ((5, 1040), "one chunk")]
+
+
+@pytest.mark.parametrize("shape,what", LONG_ALIGNED_CASES, ids=[c[1] for c in LONG_ALIGNED_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("chunk", [None, 1024], ids=["rules", "chunk1024"])
+def test_long_rows_aligned(dev, shape, what, dtype, chunk, gen):
+    """y, rstd, dx and dw of the long-row kernels on 16-byte aligned rows against float64."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(op, a, b, n, es, sms):
+        p = plan(op, a, b, n, es, sms, long=True, chunk=chunk)
+        assert p.kind == "long" and p.loads == K.LOADS_PLAIN
+        return p
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
 LANES_CASES = [
     ((37, 191), "2-D, odd M"),
@@ -259,7 +290,7 @@ def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
 
 
 LOADS_CASES = [
-    ((37, 510), "unaligned, plain loads", K.LOADS_PLAIN),
+    ((37, 1098), "unaligned, plain loads", K.LOADS_PLAIN),
     ((37, 512), "aligned, gathered", K.LOADS_GATHER),
     ((9, 2265), "one-row tiles, plain", K.LOADS_PLAIN),
     ((5, 3, 1000), "3-D, gathered", K.LOADS_GATHER),
@@ -295,6 +326,15 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
         return p if p is not None else long_plan(op, a, b, n, es, sms)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
+def test_static_fit():
+    """Static layouts for 16-bit rows of an even length not a multiple of 8, of at least 1 KB
+    forward and 2 KB backward (the short rows of many-row tiles lost, bench/NOTES.md, session 21)."""
+    assert static_fit(610, 2) and static_fit(1098, 2, "backward")
+    assert not static_fit(510, 2) and not static_fit(610, 2, "backward")  # under 1 KB / 2 KB
+    assert not static_fit(1099, 2) and not static_fit(1104, 2) and not static_fit(1098, 4)  # odd, aligned, fp32
+    assert plan("forward", 99, 1, 610, 2, SMS).static and not plan("backward", 99, 1, 610, 2, SMS).static
 
 
 def test_static_layouts_are_bounded(monkeypatch):
@@ -455,7 +495,8 @@ def test_unaligned_rows_take_the_row_tiles():
     assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
     assert plan("forward", 9, 1, 510, 2, SMS, static=False).loads == K.LOADS_GATHER  # several rows a tile
     assert plan("forward", 9, 1, 511, 2, SMS).loads == K.LOADS_GATHER  # odd: runtime layouts
-    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
+    assert plan("forward", 9, 1, 1098, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
+    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # under 1 KB: runtime layouts (static_fit)
     assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
     assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads

@@ -42,13 +42,14 @@ def space(op, dtype, m, n):
 
 def plan_of(c, persistent=None):
     """A candidate's plan: the plan keywords it names (the rules' choice for the others), on static
-    layouts unless it says "static": false; a long-row plan where the rules give one."""
+    layouts unless it says "static": false; a long-row plan where the rules give one or it says
+    "long": true (with "chunk", in elements)."""
     from cutile_rms.rows.plan import plan
 
     return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c.get("tile_rows"), warps=c.get("warps"),
                 occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
                 loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
-                static=c.get("static", True))  # fmt: skip
+                static=c.get("static", True), long=c.get("long"), chunk=c.get("chunk"))  # fmt: skip
 
 
 def params(c):

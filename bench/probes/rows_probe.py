@@ -9,7 +9,7 @@ one line per shape (best of each provider).
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
 
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
-occupancy, max_pieces, min_piece, loads, lanes, static); one that names its loads, the lanes
+occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk); one that names its loads, the lanes
 kernels or runtime layouts ("static": false) is labelled by them. A forward candidate runs on
 one block per row tile and on a persistent grid, or with "persistent": null on the rules' grid.
 
@@ -193,9 +193,9 @@ def warm_all(shapes, cands):
 
 
 def _loads_label(c):
-    """A candidate that names its loads (rows.kernels.LOADS_*), the lanes kernels or runtime
-    layouts ("static": false) is labelled by them."""
-    lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "")
+    """A candidate that names its loads (rows.kernels.LOADS_*), the lanes or long-row kernels or
+    runtime layouts ("static": false) is labelled by them."""
+    lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + ("-long" if c.get("long") else "")
     static = "-runtime" if c.get("static") is False else ""
     return static + lanes + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
@@ -284,6 +284,10 @@ def main():
     with open(os.environ.get("ROWS_CANDIDATES") or os.path.join(HERE, "rows_candidates.json")) as f:
         cands = json.load(f)
     log("GPU", torch.cuda.get_device_name(), "cands", len(cands))
+    core = [c for c in cands if _plan(c, c.get("persistent")) is None]
+    if core:  # the rules leave these rows to the core kernels: "shipped" times them
+        log(len(core), "candidates without a row-tile plan, timed as shipped:", [(c["dtype"], c["n"]) for c in core])
+        cands = [c for c in cands if c not in core]
     print_signatures(torch)
     shapes = {}
     for c in cands:

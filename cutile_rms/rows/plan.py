@@ -72,9 +72,12 @@ the core backward), elsewhere only with ``mode="rows"``.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
-- static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 8): the
-  kernels compile N and the row strides in (kernels.RowArray), which loads such rows 4 or 8 bytes
+- static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 8, of at
+  least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in (kernels.RowArray), which loads such rows 4 or 8 bytes
   at a time; their multi-row forward tiles take plain loads. The rest run runtime layouts.
+- aligned 16-bit rows longer than 16 KB that are not a power of two (``long_fit``: 4 rows an SM
+  fit half of L2) run forward on the long-row kernel: each row read twice, the second time from
+  L2, 8 KB a chunk on 8 warps at 4 blocks an SM (no padded lanes, few registers, many warps).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
@@ -99,6 +102,7 @@ __all__ = [
     "backward_by_default",
     "lanes_fit",
     "lanes_plan",
+    "long_fit",
     "long_plan",
     "pieces",
     "plan",
@@ -201,7 +205,17 @@ ODD_HINT_MIN_REGS = 128
 # forward 136.4 -> 137.4, backward 259.5 -> 269.5), the lanes kernels (backward 1.5-3x slower:
 # bf16 510 141.7 -> 414.9, 138 204.4 -> 460.3; forward 81-191 7-17% slower but 138 141.8 ->
 # 107.6) and the long-row backward (28567 274.8 -> 442.2).
-# Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS): kernels.rows_*_long, in
+# Session 21 (ab/s21b: 9 lengths of that class drawn from a fresh seed, 636255548, after the rule),
+# runtime -> static, us: forward bf16 5321 x 12612 101.7 -> 75.1, 6762 x 9924 100.1 -> 78.2,
+# 26588 x 2524 85.0 -> 70.4, 8359 x 8028 91.0 -> 80.5, 9287 x 7226 96.8 -> 93.1, 110015 x 610
+# 100.1 -> 95.3, fp16 55279 x 1214 88.4 -> 70.5, 5282 x 12706 104.7 -> 97.3, but fp16 172074 x
+# 390 (16 x 512) 88.6 -> 97.1; backward 2524 150.3 -> 119.9, 7226 189.2 -> 158.3, 8028 167.8 ->
+# 139.9, fp16 1214 188.2 -> 157.3, but bf16 610 (4 x (512 + 128)) 195.1 -> 240.4. With session
+# 20's (forward 510 and 354 on 16-row tiles lost; backward 1098, 2196 bytes, even), tiles of
+# many short rows lose: static layouts from STATIC_MIN_ROW_BYTES[op] on.
+STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
+# Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
+# that ``long_fit`` names (session 21, below): kernels.rows_*_long, in
 # chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
 # spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
 # 25263, session 15). The forward reads each row twice, the second time from L2 if the rows in
@@ -217,10 +231,26 @@ ODD_HINT_MIN_REGS = 128
 # 1994 x 33654 522 -> 404 us, 1125 x 59642 481 -> 418, 7726 x 8686 703 -> 433; Quack 242-309),
 # and 16-bit ones the long forward; fp32 forwards keep the core's split kernels, which the long
 # forward did not beat (1994 x 33654 211 -> 261 us, 1125 x 59642 198 -> 289: ab/s16d, ab/s16e).
-LONG_CHUNK_BYTES = {"forward": 16 * 1024, "backward": 8 * 1024}
+# Session 21 (ab/s21a, ab/s21b; H200, graph replay, us): with the squares summed element by
+# element (kernels.rows_fwd_long), 8 KB chunks at 4 blocks per SM ran aligned 16-bit rows that
+# the row tiles hold as several pieces, or the core pads to a power of two, faster than either:
+# bf16 4096 x 12288 59.8 -> 58.1, 2048 x 18432 51.1 -> 48.9, fp16 2048 x 18432 51.1 -> 47.0, bf16
+# 2979 x 22528 97.6 (the core's tile padded to 32768) -> 84.7. 16 KB chunks at 2 blocks: 78.5,
+# 53.7, 52.4, 89.4; 4 KB chunks at 8 blocks 62.1, 53.0, 52.2, 95.1; at 2 or 4 blocks 1.5-2x
+# slower. Where the row is a power of two, or shorter, the register tiles and the core won: 16384
+# x 8192 135.6 against 151.2 at best, 16384 x 7168 127.6 against 133.7, 4096 x 16384 72.4 (core)
+# against 80.3, 2048 x 32768 74.6 against 85.7, 1024 x 65536 89.8 against 102.7, and every fp32
+# row tried (8192-65536, 7-45% slower). The unaligned bf16 2349 x 28567 ran 130.5 (16 KB at 2
+# blocks) and 131.9 (8 KB at 2). So the forward's chunks are 8 KB, its blocks per SM those whose
+# rows fit LONG_L2_SHARE of L2, at most LONG_MAX_BLOCKS, and ``long_fit`` names the aligned rows
+# it takes: 16-bit, longer than LONG_MIN_BYTES, not a power of two, LONG_MAX_BLOCKS rows an SM in
+# that share of L2 (up to 48 KB a row on 132 SMs).
+LONG_CHUNK_BYTES = {"forward": 8 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
+LONG_MAX_BLOCKS = 4
+LONG_MIN_BYTES = 16 * 1024
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -319,11 +349,12 @@ def unaligned(n: int, elem_size: int) -> bool:
     return n * elem_size % ALIGN_BYTES != 0
 
 
-def static_fit(n: int, elem_size: int) -> bool:
-    """Whether row tiles of n-element rows run on static layouts (kernels.RowArray) where the
+def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
+    """Whether op's row tiles of n-element rows run on static layouts (kernels.RowArray) where the
     caller allows: 16-bit rows of an even length that is not a multiple of 8, which a compiled-in
-    row stride loads 4 or 8 bytes at a time instead of 2 (measured: the comment after ODD_HINT_MIN_REGS)."""
-    return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size)
+    row stride loads 4 or 8 bytes at a time instead of 2, of at least STATIC_MIN_ROW_BYTES[op]
+    (measured: the comment after ODD_HINT_MIN_REGS)."""
+    return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size) and n * elem_size >= STATIC_MIN_ROW_BYTES[op]
 
 
 def backward_by_default(n: int, elem_size: int) -> bool:
@@ -368,19 +399,31 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
     return _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))
 
 
-def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int) -> RowsPlan:
-    """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above)."""
-    chunk = LONG_CHUNK_BYTES[op] // elem_size
+def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
+              warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+    """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
+    keywords override the rules (probes): chunk in elements, a power of two."""
+    chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
-        occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(MAX_BLOCKS_PER_SM, fit)))
+        occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
     else:
-        occupancy = LONG_BWD_BLOCKS
+        occupancy = occupancy or LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
-    return RowsPlan(op, 1, 1, (chunk, 0, 0), LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, LOADS_GATHER,
+    loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
+    return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
                     "long")  # fmt: skip
+
+
+def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
+    """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
+    16-bit rows longer than LONG_MIN_BYTES, not a power of two, whose LONG_MAX_BLOCKS rows per SM fit
+    LONG_L2_SHARE of L2 (the second pass reads them from there)."""
+    row = n * elem_size
+    return (elem_size == 2 and not unaligned(n, elem_size) and row > LONG_MIN_BYTES and n & (n - 1) != 0
+            and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
@@ -412,7 +455,8 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
 def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
-         any_length: bool = False, lanes: bool | None = None, static: bool = True) -> RowsPlan | None:  # fmt: skip
+         any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
+         chunk: int | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -421,13 +465,18 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
     overrides the rules, False for callers whose kernels have only the row-tile layout; static:
     whether the caller may run static layouts where ``static_fit`` takes them, False: runtime
-    layouts everywhere)."""
+    layouts everywhere; long: True runs the long-row kernels (``long_plan``, chunk: their chunk
+    in elements) whatever the row's length, None where ``long_fit`` or the row's length says so
+    and no other keyword overrides the rules, False never: callers whose kernels have only the
+    row-tile layout)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
-    static = static and static_fit(n, elem_size)
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
+    if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
+    static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
     row_bytes = n * elem_size
@@ -449,8 +498,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
-        long = unal and (op == "backward" or elem_size < 4)  # fp32 forward: the core's split kernels
-        return long_plan(op, a, b, n, elem_size, num_sms) if long else None
+        take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
+        return long_plan(op, a, b, n, elem_size, num_sms) if take_long else None  # split kernels
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
