@@ -444,8 +444,11 @@ def _long_jobs(add):
                 values = dict(TILE_N=q.widths[0], LOADS=q.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                               STORE_RSTD=casting != K.CAST_NONE, x=xa, y=xa, w=wa if has_weight else xa, eps=F32,
                               offset=F32, rstd_out=rstd)  # fmt: skip
-                add(f"rows forward_long {x} aligned cast={casting} w={has_weight} {q}",
-                    RL._VARIANTS["forward_long", False][q.hints], [values[k] for k in RL.KERNELS["forward_long"][1]])
+                add(
+                    f"rows forward_long {x} aligned cast={casting} w={has_weight} {q}",
+                    RL._VARIANTS["forward_long", False][q.hints],
+                    [values[k] for k in RL.KERNELS["forward_long"][1]],
+                )
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
                           dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
