@@ -73,8 +73,9 @@ the core backward), elsewhere only with ``mode="rows"``.
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
 - static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 8, of at
-  least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in (kernels.RowArray), which loads such rows 4 or 8 bytes
-  at a time; their multi-row forward tiles take plain loads. The rest run runtime layouts.
+  least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in
+  (kernels.RowArray), which loads such rows 4 or 8 bytes at a time; their multi-row forward
+  tiles take plain loads. The rest run runtime layouts.
 - aligned 16-bit rows longer than 16 KB that are not a power of two (``long_fit``: 4 rows an SM
   fit half of L2) run forward on the long-row kernel: each row read twice, the second time from
   L2, 8 KB a chunk on 8 warps at 4 blocks an SM (no padded lanes, few registers, many warps).
