@@ -271,6 +271,29 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 22528), ("forward", "float16", 10240),
+                                        ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
+                                        ("backward", "float32", 16261)])  # fmt: skip
+def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
+    """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
+    register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200
+    (bench/NOTES.md, session 21: bf16 4 KB chunks at 4 blocks, 160 bytes of stack)."""
+    from bench.probes import sass
+
+    try:
+        sass._tool("cuobjdump")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    dt = getattr(sass.ct, dtype)
+    p = plan(op, 4099, 1, n, sass.ES[dt], SMS)
+    assert p.kind == "long"
+    for name, kernel, params, hints in sass.long_params(p, dt, 4099, n):
+        r = sass.compile_report(kernel, params, **hints)
+        assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0, (name, p, r)
+
+
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
 LANES_CASES = [
     ((37, 191), "2-D, odd M"),

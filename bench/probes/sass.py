@@ -55,10 +55,19 @@ def array(dtype, shape, strides=None):
 
 
 def _tool(name):
-    for cand in (shutil.which(name), f"/tmp/tw/triton/backends/nvidia/bin/{name}"):
+    """Path of a CUDA binary tool: on PATH, or beside tileiras in pip's nvidia/cu13/bin (the test
+    extras install cuobjdump and nvdisasm there)."""
+    cands = [shutil.which(name)]
+    try:
+        import nvidia
+
+        cands += [os.path.join(d, "cu13", "bin", name) for d in nvidia.__path__]
+    except ImportError:
+        pass
+    for cand in cands:
         if cand and os.path.exists(cand):
             return cand
-    raise FileNotFoundError(f"{name} not found (pip's triton wheel carries one in triton/backends/nvidia/bin)")
+    raise FileNotFoundError(f"{name} not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
 
 
 _MEM = re.compile(r"\b(LDG|STG|LDS|STS|LDL|STL|UTMALDG|UTMASTG|UBLKCP|REDG|ATOMG|LDGSTS)(\.[A-Z0-9_.]+)?")
@@ -126,6 +135,30 @@ def rows_params(p, dt, m, b, n, strides=None):
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
+
+
+def long_params(p, dt, m, n):
+    """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
+    (kind "long": the forward, or the backward's row dot and chunks) for C-contiguous (m, 1, n)
+    rows, training flags; aligned rows (16-byte multiples) as the JIT proves them, others with no
+    divisibility at all."""
+    from cutile_rms.rmsnorm import kernels as K
+    from cutile_rms.rows import launch as RL
+
+    def rows_array(shape):
+        a = array(dt, shape)
+        if n * ES[dt] % 16:
+            a = dataclasses.replace(a, stride_divisible_by=(1,) * len(shape), shape_divisible_by=(1,) * len(shape))
+        return a
+
+    x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
+    values = dict(x=x, dy=x, dx=x, y=x, w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
+                  dw_partial=array(ct.float32, (p.grid, -(-n // p.widths[0]) * p.widths[0])), eps=F32, offset=F32,
+                  TILE_N=p.widths[0], LOADS=p.loads, CASTING=K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA,
+                  HAS_WEIGHT=True, STORE_RSTD=True, ROUND_XHAT=dt != ct.float32)  # fmt: skip
+    names = ("forward_long",) if p.op == "forward" else ("dot_long", "backward_long")
+    hints = {"occupancy": p.occupancy, "num_worker_warps": p.warps}
+    return [(name, RL._VARIANTS[name, False].kernel, [values[k] for k in RL.KERNELS[name][1]], hints) for name in names]
 
 
 def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
