@@ -5,6 +5,7 @@ do not spill registers: rows_candidates.json, the GPU probe's input (rows_probe.
     python -m bench.probes.rows_candidates [workers]        # a few minutes on 2 cores
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -42,14 +43,17 @@ def space(op, dtype, m, n):
 
 def plan_of(c, persistent=None):
     """A candidate's plan: the plan keywords it names (the rules' choice for the others), on static
-    layouts unless it says "static": false; a long-row plan where the rules give one or it says
-    "long": true (with "chunk", in elements)."""
+    layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
+    take them); a long-row plan where the rules give one or it says "long": true (with "chunk", in
+    elements)."""
     from cutile_rms.rows.plan import plan
 
-    return plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c.get("tile_rows"), warps=c.get("warps"),
-                occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
-                loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
-                static=c.get("static", True), long=c.get("long"), chunk=c.get("chunk"))  # fmt: skip
+    force = c.get("static") == "force"  # static layouts where plan.static_fit would not take them
+    p = plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c.get("tile_rows"), warps=c.get("warps"),
+             occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
+             loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
+             static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"))  # fmt: skip
+    return dataclasses.replace(p, static=True) if force and p is not None and p.kind == "tile" else p
 
 
 def params(c):

@@ -196,7 +196,7 @@ def _loads_label(c):
     """A candidate that names its loads (rows.kernels.LOADS_*), the lanes or long-row kernels or
     runtime layouts ("static": false) is labelled by them."""
     lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + ("-long" if c.get("long") else "")
-    static = "-runtime" if c.get("static") is False else ""
+    static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
     return static + lanes + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
