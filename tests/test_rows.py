@@ -93,6 +93,9 @@ def test_plan_rules():
     assert plan("forward", 9, 1, 24576 + 2048, 2, SMS) is None  # 4 rows an SM overflow half of L2: the core
     assert plan("forward", 9, 1, 32768, 2, SMS) is None  # a power of two: the core
     assert plan("forward", 9, 1, 7168, 2, SMS).kind == "tile"  # 14 KB: the row tiles
+    assert plan("forward", 9, 1, 10240, 2, SMS).kind == "tile"  # 20 KB: under LONG_MIN_BYTES (not timed)
+    assert plan("forward", 9, 1, 12288, 2, SMS).kind == "long"  # 24 KB: the shortest measured win
+    assert plan("forward", 9, 1, 13288, 2, SMS) is None  # a multiple of 8, not 16: the core
     assert plan("forward", 9, 1, 12288, 4, SMS).kind == "tile"  # fp32: the row tiles
     assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
     assert plan("forward", 4096, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
@@ -272,7 +275,7 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, gen):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 22528), ("forward", "float16", 10240),
+@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 22528), ("forward", "float16", 12288),
                                         ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
                                         ("backward", "float32", 16261)])  # fmt: skip
 def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
@@ -291,6 +294,7 @@ def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
     assert p.kind == "long"
     for name, kernel, params, hints in sass.long_params(p, dt, 4099, n):
         r = sass.compile_report(kernel, params, **hints)
+        assert "REG" in r and r["instructions"] > 0, (name, r)  # cuobjdump read the cubin
         assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0, (name, p, r)
 
 

@@ -18,8 +18,8 @@ lane where one 8192-wide tile pads 34%. LOADS says how tiles are read (LOADS_* b
 loads straight to registers (128 bits wide when N is a multiple of 16, what the JIT proves, and
 the rows are 16-byte aligned; bench/NOTES.md, sessions 11-12), loads that may go through TMA,
 or gathers for the checked pieces of rows that are not 16-byte aligned. Bounds are checked only
-where a tile can overhang: CHECK_A (TILE_A does not divide A; the kernels skip the check on the
-tiles wholly inside A) and CHECK_N (the pieces cover more than N: only the last piece can
+where a tile can overhang: CHECK_A (TILE_A does not divide A; gathered kernels skip the check on
+the tiles wholly inside A) and CHECK_N (the pieces cover more than N: only the last piece can
 overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped. Rows
 longer than one block holds (plan.long_plan) run on the long-row kernels at the end.
 
@@ -252,12 +252,15 @@ def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A:
 
 
 @ct.function
-def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL):
-    """Whether row tile ia is known to lie inside A, so that its rows need no bounds checks: a
-    kernel that can overhang A (CHECK_A) takes the unchecked path on every tile but the last;
-    elsewhere the checks are fixed at compile time. (Gathered tiles: bf16 74 181 against 214 us,
-    session 16; plain tiles: bench/NOTES.md, session 21.)"""
-    return CHECK_A and (ia + 1) * TILE_A <= a
+def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
+    """Whether row tile ia is known to lie inside A, so that its rows need no bounds checks:
+    gathered tiles (LOADS_GATHER) of a kernel that can overhang A (CHECK_A) take the unchecked
+    path on every tile but the last (bf16 74: 181 against 214 us, session 16); elsewhere the
+    checks are fixed at compile time. Plain tiles keep one path: their checked loads of aligned
+    rows are predicated 16-byte loads (SASS, bf16 8 x 1024: 776 instructions checked, 2168 with
+    both paths), and both paths spilled 16 x 512 (24 bytes of stack) and ran 131073 x 512 at
+    71.3 us against 69.6 at M = 131072 (bench/NOTES.md, session 21)."""
+    return LOADS == LOADS_GATHER and CHECK_A and (ia + 1) * TILE_A <= a
 
 
 @row_kernel
@@ -274,7 +277,7 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        if _whole(ia, x.shape[0], TILE_A, CHECK_A):
+        if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
             _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
                       HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
         else:
@@ -361,7 +364,7 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
         a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
-        if _whole(ia, x.shape[0], TILE_A, CHECK_A):
+        if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
             a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1,
                                    W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, False, LOADS)  # fmt: skip
         else:
@@ -476,8 +479,9 @@ def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TIL
 
 # Rows longer than one block holds (plan.long_plan: unaligned 16-bit rows past the row tiles'
 # longest, which the core kernels could only load 2 bytes at a time behind a branch each, at
-# 0.14-0.19x torch.compile). One row at a time, in TILE_N-wide chunks: a chunk wholly inside the
-# row loads without bounds checks, the last one (past N) is gathered (LOADS).
+# 0.14-0.19x torch.compile), and the forward of the aligned rows of plan.long_fit. One row at a
+# time, in TILE_N-wide chunks: a chunk wholly inside the row loads without bounds checks, the
+# last one (past N) is gathered on unaligned rows, a zero-padded plain load on aligned ones (LOADS).
 
 
 @ct.function
@@ -535,7 +539,8 @@ def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it). The squares add up element by element in a chunk-shaped accumulator, summed
     across the block once a row: no barrier per chunk, and tileiras unrolls the first pass (SASS,
-    bf16 chunks of 2048 on 8 warps: four 16-byte loads a thread in flight)."""
+    bf16 rows of 8192 in chunks of 2048 on 8 warps: four 16-byte loads a thread in flight; the
+    rules' chunks of 4096 at 4 blocks: 63 registers, no stack)."""
     n = x.shape[2]
     b = x.shape[1]
     full = n // TILE_N

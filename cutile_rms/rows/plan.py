@@ -23,7 +23,9 @@ the core backward), elsewhere only with ``mode="rows"``.
   unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
   but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
-  no plan (None): the caller runs the core kernels.
+  no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
+  forward of aligned 16-bit rows of 24 KB or more that are not a power of two, 18432 among them:
+  the bullet on long rows below.)
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
   first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
   thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
@@ -76,9 +78,10 @@ the core backward), elsewhere only with ``mode="rows"``.
   least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in
   (kernels.RowArray), which loads such rows 4 or 8 bytes at a time; their multi-row forward
   tiles take plain loads. The rest run runtime layouts.
-- aligned 16-bit rows longer than 16 KB that are not a power of two (``long_fit``: 4 rows an SM
-  fit half of L2) run forward on the long-row kernel: each row read twice, the second time from
-  L2, 8 KB a chunk on 8 warps at 4 blocks an SM (no padded lanes, few registers, many warps).
+- 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
+  (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
+  long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
+  blocks an SM (no padded lanes, few registers, many warps).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
@@ -217,8 +220,8 @@ ODD_HINT_MIN_REGS = 128
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in
-# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 104-112 registers, no
-# spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
+# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
+# registers, the 8 KB ones of session 21 62-79; no spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
 # 25263, session 15). The forward reads each row twice, the second time from L2 if the rows in
 # flight (SMs x blocks per SM) fit LONG_L2_SHARE of it (L2_BYTES: 50 MiB on H100 and H200), which
 # sets the blocks per SM, at least LONG_MIN_BLOCKS; so its chunks are large (16 KB) to keep bytes
@@ -244,14 +247,17 @@ STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # row tried (8192-65536, 7-45% slower). The unaligned bf16 2349 x 28567 ran 130.5 (16 KB at 2
 # blocks) and 131.9 (8 KB at 2). So the forward's chunks are 8 KB, its blocks per SM those whose
 # rows fit LONG_L2_SHARE of L2, at most LONG_MAX_BLOCKS, and ``long_fit`` names the aligned rows
-# it takes: 16-bit, longer than LONG_MIN_BYTES, not a power of two, LONG_MAX_BLOCKS rows an SM in
-# that share of L2 (up to 48 KB a row on 132 SMs).
+# it takes: 16-bit, a multiple of VECTOR_ELEMS, of at least LONG_MIN_BYTES (the shortest row
+# measured to win: 12288; 7168 lost and 8208-12280 were not timed), not a power of two,
+# LONG_MAX_BLOCKS rows an SM in that share of L2 (up to 48 KB a row on 132 SMs: 12288-24816
+# elements). The odd results of the other settings were spills (SASS: 4 KB chunks at 4 blocks,
+# 160 bytes of stack); tests/test_rows.py compiles the rules' long plans and checks for none.
 LONG_CHUNK_BYTES = {"forward": 8 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 LONG_MAX_BLOCKS = 4
-LONG_MIN_BYTES = 16 * 1024
+LONG_MIN_BYTES = 24 * 1024
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -421,11 +427,11 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
 def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
     16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
-    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) longer than LONG_MIN_BYTES, not a
+    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_MIN_BYTES, not a
     power of two, whose LONG_MAX_BLOCKS rows per SM fit
     LONG_L2_SHARE of L2 (the second pass reads them from there)."""
     row = n * elem_size
-    return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row > LONG_MIN_BYTES and n & (n - 1) != 0
+    return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row >= LONG_MIN_BYTES and n & (n - 1) != 0
             and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
 
 
@@ -502,7 +508,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
-        return long_plan(op, a, b, n, elem_size, num_sms) if take_long else None  # split kernels
+        if not take_long:  # split kernels
+            return None
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
