@@ -219,12 +219,13 @@ ODD_HINT_MIN_REGS = 128
 # many short rows lose: static layouts from STATIC_MIN_ROW_BYTES[op] on.
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
-# that ``long_fit`` names (session 21, below): kernels.rows_*_long, in
-# chunks of LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
-# registers, the 8 KB ones of session 21 62-79; no spills). Before them such rows ran on the core kernels at 0.14-0.19x torch.compile (bf16 2656 x
-# 25263, session 15). The forward reads each row twice, the second time from L2 if the rows in
-# flight (SMs x blocks per SM) fit LONG_L2_SHARE of it (L2_BYTES: 50 MiB on H100 and H200), which
-# sets the blocks per SM, at least LONG_MIN_BLOCKS; so its chunks are large (16 KB) to keep bytes
+# that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
+# LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
+# registers, the 8 KB ones of session 21 62-79; no spills). Before them such rows ran on the core
+# kernels at 0.14-0.19x torch.compile (bf16 2656 x 25263, session 15). The forward reads each row
+# twice, the second time from L2 if the rows in flight (SMs x blocks per SM) fit LONG_L2_SHARE of
+# it (L2_BYTES: 50 MiB on H100 and H200), which sets the blocks per SM, at least LONG_MIN_BLOCKS;
+# so its chunks were large (16 KB, until session 21) to keep bytes
 # in flight. Session 16, H200, bf16: 2013 x 33333 and 2656 x 25263 at 2 blocks per SM 144 and
 # 140 us, 1.28-1.31x the best other provider; 1024 x 65535 at 1 block (16 KB in flight per SM)
 # 235 us, 0.61x torch.compile. The backward runs a row-dot kernel, then a (row groups x chunks)
