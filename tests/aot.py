@@ -449,6 +449,14 @@ def _long_jobs(add):
                     RL._VARIANTS["forward_long", False][q.hints],
                     [values[k] for k in RL.KERNELS["forward_long"][1]],
                 )
+                # its static-layout twin (the probes' "static": "force"): N and the strides compiled in
+                xs = static_rows(xa, 22528, (22528, 22528, 1))
+                values.update(x=xs, y=xs, w=static_rows(wa, 22528) if has_weight else xs)
+                add(
+                    f"rows forward_long {x} aligned static cast={casting} w={has_weight} {q}",
+                    RL._VARIANTS["forward_long", True][q.hints],
+                    [values[k] for k in RL.KERNELS["forward_long"][1]],
+                )
             values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
                           STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
                           dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,

@@ -3,6 +3,7 @@ the GPU and through the interpreter: every output (y, rstd, dx, dw) against floa
 odd row counts, row lengths that take two or three pieces or overhang their pieces, short rows
 many to a tile, and head views of a fused QKV projection read in place."""
 
+import dataclasses
 import inspect
 
 import pytest
@@ -262,14 +263,16 @@ LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a part
 @pytest.mark.parametrize("shape,what", LONG_ALIGNED_CASES, ids=[c[1] for c in LONG_ALIGNED_CASES])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("chunk", [None, 1024], ids=["rules", "chunk1024"])
-def test_long_rows_aligned(dev, shape, what, dtype, chunk, gen):
-    """y, rstd, dx and dw of the long-row kernels on 16-byte aligned rows against float64."""
+@pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
+def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
+    """y, rstd, dx and dw of the long-row kernels on 16-byte aligned rows against float64; the
+    forward also on static layouts (the probes' rows_fwd_long with N and the strides compiled in)."""
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
         p = plan(op, a, b, n, es, sms, long=True, chunk=chunk)
-        assert p.kind == "long" and p.loads == K.LOADS_PLAIN
-        return p
+        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and not p.static
+        return dataclasses.replace(p, static=static and op == "forward")
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 

@@ -532,15 +532,18 @@ def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     return f * f
 
 
-@ct.kernel
-def rows_fwd_long(x, w, y, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
-                  STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
+                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it). The squares add up element by element in a chunk-shaped accumulator, summed
     across the block once a row: no barrier per chunk, and tileiras unrolls the first pass (SASS,
     bf16 rows of 8192 in chunks of 2048 on 8 warps: four 16-byte loads a thread in flight; the
-    rules' chunks of 4096 at 4 blocks: 63 registers, no stack)."""
+    rules' chunks of 4096 at 4 blocks: 63 registers, no stack). The rules run its runtime-layout
+    twin (DYNAMIC); the static one (N known: the chunk loops unroll, and bf16 18432's second
+    pass compiles without a barrier a chunk) is for probes until measured (bench/NOTES.md,
+    session 21)."""
     n = x.shape[2]
     b = x.shape[1]
     full = n // TILE_N
