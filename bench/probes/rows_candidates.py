@@ -44,8 +44,8 @@ def space(op, dtype, m, n):
 def plan_of(c, persistent=None):
     """A candidate's plan: the plan keywords it names (the rules' choice for the others), on static
     layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
-    take them, row tiles and the long forward); a long-row plan where the rules give one or it says "long": true (with "chunk", in
-    elements)."""
+    take them, row tiles and the long forward); a long-row plan where the rules give one or it
+    says "long": true (with "chunk", in elements)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
