@@ -56,9 +56,8 @@ def plan_of(c, persistent=None):
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"))  # fmt: skip
     if not (force and p is not None and (p.kind == "tile" or (p.kind, p.op) == ("long", "forward"))):
         return p
-    if (
-        p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1 and c.get("loads") is None
-    ):  # as the static rule plans them
+    multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1
+    if multi_row and c.get("loads") is None:  # plain loads, as the static rule plans them
         p = dataclasses.replace(p, loads=LOADS_PLAIN)
     return dataclasses.replace(p, static=True)
 
@@ -71,7 +70,7 @@ def params(c):
 
     dt = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[c["dtype"]]
     p = plan_of(c)
-    kernel, ps, hints = rows_params(p, dt, c["m"], 1, c["n"])
+    kernel, ps, _ = rows_params(p, dt, c["m"], 1, c["n"])
     return kernel, ps, p.hints
 
 

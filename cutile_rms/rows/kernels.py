@@ -499,29 +499,25 @@ def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS
 
 
 @ct.function
-def _long_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
-               LOADS: C_INT):  # fmt: skip
-    """Chunk j's share of row (ia, ib)'s sum: of x^2, or with DOT of wdy * x."""
-    if DOT:
-        wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
-        xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-        dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-        return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
-    else:
-        return _sum_sq(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS))
+def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
+    """Chunk j's share of row (ia, ib)'s sum of wdy * x."""
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
 
 
 @ct.function
-def _long_row_sum(x, dy, w, ia, ib, offset, TILE_N: C_INT, DOT: C_BOOL, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
-    """(1, 1, 1) fp32 sum over row (ia, ib) of _long_term: the whole chunks unchecked, then the
-    last one, past N, checked."""
+def _long_row_dot(x, dy, w, ia, ib, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+    """(1, 1, 1) fp32 sum of wdy * x over row (ia, ib): the whole chunks unchecked, then the last
+    one, past N, checked."""
     n = x.shape[2]
     full = n // TILE_N
     acc = ct.zeros((1, 1, 1), dtype=ct.float32)
     for j in range(full):
-        acc += _long_term(x, dy, w, ia, ib, j, offset, TILE_N, DOT, HAS_WEIGHT, False, LOADS)
+        acc += _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N, HAS_WEIGHT, False, LOADS)
     if full * TILE_N < n:
-        acc += _long_term(x, dy, w, ia, ib, full, offset, TILE_N, DOT, HAS_WEIGHT, True, LOADS)
+        acc += _long_dot_term(x, dy, w, ia, ib, full, offset, TILE_N, HAS_WEIGHT, True, LOADS)
     return acc
 
 
@@ -571,7 +567,7 @@ def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C
     b = x.shape[1]
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        acc = _long_row_sum(x, dy, w, ia, ib, offset, TILE_N, True, HAS_WEIGHT, LOADS)
+        acc = _long_row_dot(x, dy, w, ia, ib, offset, TILE_N, HAS_WEIGHT, LOADS)
         rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
         ct.store(c_out, (ia, ib), ct.reshape(_mean(acc * rstd, n, LOADS), (1, 1)), allow_tma=False)
 

@@ -429,8 +429,8 @@ def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
     16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
     bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_MIN_BYTES, not a
-    power of two, whose LONG_MAX_BLOCKS rows per SM fit
-    LONG_L2_SHARE of L2 (the second pass reads them from there)."""
+    power of two, whose LONG_MAX_BLOCKS rows per SM fit LONG_L2_SHARE of L2 (the second pass reads
+    them from there)."""
     row = n * elem_size
     return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row >= LONG_MIN_BYTES and n & (n - 1) != 0
             and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
