@@ -380,13 +380,17 @@ def _rows_jobs(add):
         # head dim 96 of a fused QKV view (torch_impl: plan.short_view_rows)
         p96 = plan(op, 4096, 32, 96, 2, 132, any_length=True, persistent=True)
         _rows_job(add, "short view", op, p96, 96, "bfloat16", "bfloat16", b_one=False)
-    # static layouts (plan.static_fit: 16-bit rows of an even length not a multiple of 8): multi-row
+    # static layouts (plan.static_fit: 16-bit rows of an even length not a multiple of 16): multi-row
     # forward tiles on plain loads, one-row tiles of several pieces, 8 warps; every flag pairwise at
-    # one plan; and the same rows on runtime layouts (rows.launch.STATIC_LAYOUTS' fallback)
+    # one plan; and the same rows on runtime layouts (rows.launch.STATIC_LAYOUTS' fallback); rows of
+    # a multiple of 8 elements (16-byte loads there; on runtime layouts the core kernels take them)
     for n in (1098, 3260, 2876, 7724):
         for op in ("forward", "backward"):
             for static in (True, False):
                 _rows_job(add, "static", op, plan(op, 4099, 1, n, 2, 132, static=static), n, "bfloat16", "bfloat16")
+    for n in (1144, 6152):
+        for op in ("forward", "backward"):
+            _rows_job(add, "static 8 | N", op, plan(op, 4099, 1, n, 2, 132), n, "bfloat16", "bfloat16")
     for x in ("bfloat16", "float16"):
         weights = [x, "float32", None]
         at = {op: plan(op, 4099, 1, 1098, 2, 132) for op in ("forward", "backward")}

@@ -96,14 +96,16 @@ def test_plan_rules():
     assert plan("forward", 9, 1, 7168, 2, SMS).kind == "tile"  # 14 KB: the row tiles
     assert plan("forward", 9, 1, 10240, 2, SMS).kind == "tile"  # 20 KB: under LONG_MIN_BYTES (not timed)
     assert plan("forward", 9, 1, 12288, 2, SMS).kind == "long"  # 24 KB: the shortest measured win
-    assert plan("forward", 9, 1, 13288, 2, SMS) is None  # a multiple of 8, not 16: the core
+    assert plan("forward", 9, 1, 13288, 2, SMS).static  # a multiple of 8, not 16: static row tiles (16-byte loads)
+    assert plan("forward", 9, 1, 13288, 2, SMS, static=False) is None  # runtime layouts load it 2 bytes: the core
     assert plan("forward", 9, 1, 12288, 4, SMS).kind == "tile"  # fp32: the row tiles
     assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
     assert plan("forward", 4096, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
     assert plan("forward", 4096, 1, 14336, 4, SMS) is None  # fp32: one block per SM, the core pads 1/7
     assert plan("forward", 4096, 1, 14336, 2, SMS, long=False).occupancy == 2  # 16-bit row tiles: two blocks per SM
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
-    assert plan("forward", 2049, 1, 3000, 2, SMS) is None  # 16-bit, not a multiple of 16: the core kernels
+    assert plan("forward", 2049, 1, 3000, 2, SMS, static=False) is None  # 16-bit, not a multiple of 16: the core
+    assert plan("forward", 2049, 1, 3000, 2, SMS).widths == (2048, 1024, 0)  # ... unless on static layouts
     assert plan("forward", 2049, 1, 3000, 2, SMS, any_length=True).check_n
     assert plan("forward", 2049, 1, 96, 2, SMS) is None  # 16-bit, short and not a power of two
     assert plan("forward", 2049, 1, 96, 4, SMS).widths == (64, 32, 0)
@@ -167,6 +169,8 @@ CASES = [
     ((3, 2, 5, 64), "4-D, two groups merge"),
     ((2, 3001), "unaligned rows"),
     ((5, 3900), "one checked piece, the whole row"),
+    ((11, 1144), "8 | N, not 16: static, four rows a tile"),
+    ((3, 6152), "8 | N, not 16: static, three pieces"),
 ]
 
 
@@ -359,12 +363,22 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
 
 
 def test_static_fit():
-    """Static layouts for 16-bit rows of an even length not a multiple of 8, of at least 1 KB
-    forward and 2 KB backward (the short rows of many-row tiles lost, bench/NOTES.md, session 21)."""
+    """Static layouts for 16-bit rows of an even length not a multiple of 16, of at least 1 KB
+    forward and 2 KB backward (the short rows of many-row tiles lost, bench/NOTES.md, session 21).
+    Rows of a multiple of 8 elements, not 16, take the row tiles forward only on them (session 22);
+    the default backward leaves them to the core, mode="rows" runs them static."""
     assert static_fit(610, 2) and static_fit(1098, 2, "backward")
+    assert static_fit(1144, 2) and static_fit(3000, 2, "backward") and static_fit(13288, 2)  # 8 | N, not 16
     assert not static_fit(510, 2) and not static_fit(610, 2, "backward")  # under 1 KB / 2 KB
+    assert not static_fit(504, 2) and not static_fit(1000, 2, "backward")  # 8 | N, under 1 KB / 2 KB
     assert not static_fit(1099, 2) and not static_fit(1104, 2) and not static_fit(1098, 4)  # odd, aligned, fp32
+    assert not static_fit(3000, 4)
     assert plan("forward", 99, 1, 610, 2, SMS).static and not plan("backward", 99, 1, 610, 2, SMS).static
+    for op in OPS:
+        assert plan(op, 99, 1, 3000, 2, SMS).static
+        assert plan(op, 99, 1, 3000, 2, SMS, static=False) is None  # runtime layouts: the core kernels
+    assert plan("forward", 99, 1, 504, 2, SMS) is None and plan("forward", 99, 1, 3000, 4, SMS).static is False
+    assert not backward_by_default(3000, 2)
 
 
 def test_static_layouts_are_bounded(monkeypatch):

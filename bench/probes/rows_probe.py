@@ -1,7 +1,7 @@
 """GPU probe of the row-tile kernels (cutile_rms.rows): every candidate plan of
 rows_candidates.json (the rules' choice and the plans around it that compiled without spills),
 forward on one block per row tile and on a persistent grid, backward persistent, beside the
-shipped core plans, Liger and the copy ceiling of the same run. Graph replay over rotated inputs
+shipped plans, the core kernels' own (forward), Liger and the copy ceiling of the same run. Graph replay over rotated inputs
 (bench.timing); every candidate checked against float64 first. Writes $OUT/rows.csv and prints
 one line per shape (best of each provider).
 
@@ -64,6 +64,17 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     p = _plan(c, persistent)
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream)
+
+
+def core_forward_call(torch, x, w, y, rstd):
+    """One forward launch on the core kernels' own plan (what the rules' None leaves a row to),
+    as a closure: the row tiles' rival wherever they take rows the core kernels ran before."""
+    from cutile_rms._device import device_info
+    from cutile_rms.rmsnorm.launch import run_forward
+
+    code = 0 if x.dtype != torch.float32 else 1
+    info = device_info(0)
+    return lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, torch.cuda.current_stream().cuda_stream)
 
 
 def backward_call(torch, c, x, dy, w, rstd, dx, dw):
@@ -218,6 +229,8 @@ def time_forward(torch, rec, sets, cands):
     ys = [torch.empty_like(s[0]) for s in sets]
     rs = [torch.empty(m, device="cuda") for _ in sets]
     rec("shipped", Tm.graph_us([lambda s=s: cutile_rms.rms_norm_forward(s[0], s[1], EPS) for s in sets], 50))
+    rec("core", Tm.graph_us([core_forward_call(torch, s[0], s[1], y, r) for s, y, r in zip(sets, ys, rs, strict=True)],
+                            50))  # fmt: skip
     with torch.no_grad():
         rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
                                   for s in sets], 50))  # fmt: skip

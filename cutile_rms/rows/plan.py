@@ -17,7 +17,8 @@ the core backward), elsewhere only with ``mode="rows"``.
   warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
   JIT proves a row length divisible by 16 elements or by nothing, and a row it cannot prove
   loads 2 bytes at a time (probe: bf16 22369 x 3000 at 113-141 us, 46-57% of the copy ceiling,
-  where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%). 16-bit rows shorter than
+  where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%), except on static layouts
+  (``static_fit``: a multiple of 8, not 16, elements loads 16 bytes there). 16-bit rows shorter than
   MIN_PIECE_BYTES must be a power of two (bf16 96, 160, 192 as pieces or padded: 77-130 us
   against the core's 81), and a row that leaves one block per SM runs on the core's TMA tile
   unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
@@ -74,10 +75,12 @@ the core backward), elsewhere only with ``mode="rows"``.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest.
 
-- static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 8, of at
+- static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 16, of at
   least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in
-  (kernels.RowArray), which loads such rows 4 or 8 bytes at a time; their multi-row forward
-  tiles take plain loads. The rest run runtime layouts.
+  (kernels.RowArray), which loads such rows 4, 8 or 16 bytes at a time; their multi-row forward
+  tiles take plain loads. The rest run runtime layouts. Rows of a multiple of 8 elements, not
+  16, run on them forward (the core kernels before session 22); without static layouts (past
+  rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels.
 - 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
   (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
   long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
@@ -191,9 +194,10 @@ GATHERED_WARPS_PER_SM = 16
 # 229.3.
 ODD_HINT_MIN_REGS = 128
 # Static layouts (kernels.RowArray: N and the row strides compile-time constants) where they
-# widen the loads: 16-bit rows of an even length that is not a multiple of 8 (static_fit). Such a
-# row starts 4-byte aligned (8-byte where 4 divides N), which only a compiled-in row stride shows
-# tileiras; at runtime it proves 16 bytes or nothing and reads them 2 bytes an element. On static
+# widen the loads: 16-bit rows of an even length that is not a multiple of 16 (static_fit). Such a
+# row starts 4-byte aligned (8-byte where 4 divides N, 16-byte where 8 does), which only a
+# compiled-in row stride shows tileiras; at runtime it proves 16 bytes only for multiples of 16
+# elements and reads the others 2 bytes an element. On static
 # layouts the forward's multi-row tiles read their checked pieces with plain loads (a zero-padded
 # plain load of N known compiles to 4-byte loads without the element-wise checks the gathers
 # were for). Session 20, H200, graph replay (ab/s20a), runtime -> static, us, bf16 forward:
@@ -217,6 +221,16 @@ ODD_HINT_MIN_REGS = 128
 # 139.9, fp16 1214 188.2 -> 157.3, but bf16 610 (4 x (512 + 128)) 195.1 -> 240.4. With session
 # 20's (forward 510 and 354 on 16-row tiles lost; backward 1098, 2196 bytes, even), tiles of
 # many short rows lose: static layouts from STATIC_MIN_ROW_BYTES[op] on.
+# Session 22 (ab/s22a; H200, graph replay, us, bf16 / fp16): 16-bit rows of a multiple of 8
+# elements, not 16, which the rules had left to the core kernels, forward, core -> static row
+# tiles (runtime ones load them 2 bytes an element: 85-102 us): 58661 x 1144 117.2 / 113.8 -> 78.4
+# / 75.7, 32640 x 2056 102.1 / 101.2 -> 81.4 / 77.6, 22369 x 3000 78.8 / 78.5 -> 80.4 / 68.4, 13421
+# x 5000 79.6 / 83.4 -> 72.1 / 71.3, 10908 x 6152 75.3 / 75.9 -> 83.8 (40 bytes of stack) / 72.2,
+# 6716 x 9992 102.7 / 102.9 -> 77.0 / 76.1, 5050 x 13288 87.1 / 85.3 -> 82.8 / 85.7. Backward
+# (mode="rows"), runtime -> static: 3000 205.0 / 203.3 -> 145.1 / 143.1, 5000 159.6 / 159.2 ->
+# 142.4 / 139.1, 2056 129.9 / 129.1 -> 129.3 / 127.0, 6152 186.7 / 230.5 -> 181.8 / 177.8, 1144
+# 138.8 / 159.7 -> 152.2 / 150.3 (the default backward keeps the core: 125.1 at 3000, 132.2 at
+# 6152, where the row tiles run 8 warps an SM; 154.5-192.4 at the others).
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
@@ -359,10 +373,10 @@ def unaligned(n: int, elem_size: int) -> bool:
 
 def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op's row tiles of n-element rows run on static layouts (kernels.RowArray) where the
-    caller allows: 16-bit rows of an even length that is not a multiple of 8, which a compiled-in
-    row stride loads 4 or 8 bytes at a time instead of 2, of at least STATIC_MIN_ROW_BYTES[op]
-    (measured: the comment after ODD_HINT_MIN_REGS)."""
-    return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size) and n * elem_size >= STATIC_MIN_ROW_BYTES[op]
+    caller allows: 16-bit rows of an even length that is not a multiple of VECTOR_ELEMS, which a
+    compiled-in row length and stride load 4, 8 or 16 bytes at a time instead of 2, of at least
+    STATIC_MIN_ROW_BYTES[op] (measured: the comment after ODD_HINT_MIN_REGS)."""
+    return elem_size == 2 and n % 2 == 0 and n % VECTOR_ELEMS != 0 and n * elem_size >= STATIC_MIN_ROW_BYTES[op]
 
 
 def backward_by_default(n: int, elem_size: int) -> bool:
@@ -498,8 +512,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             max_pieces, min_piece = GATHER_PIECES[min(elem_size, 4)], min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = MAX_PIECES
-    if elem_size < 4 and not any_length and (n % VECTOR_ELEMS or (short and n & (n - 1))):
-        return None
+    if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or (short and n & (n - 1))):
+        return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
     ps = pieces(n, max_pieces, min_piece)
