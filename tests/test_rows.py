@@ -378,6 +378,8 @@ def test_static_fit():
         assert plan(op, 99, 1, 3000, 2, SMS).static
         assert plan(op, 99, 1, 3000, 2, SMS, static=False) is None  # runtime layouts: the core kernels
     assert plan("forward", 99, 1, 504, 2, SMS) is None and plan("forward", 99, 1, 3000, 4, SMS).static is False
+    assert plan("forward", 99, 1, 856, 2, SMS) is None  # under 2 KB and not a power of two: the core (s22b)
+    assert plan("forward", 99, 1, 1128, 2, SMS).static  # 2 KB and more: static row tiles
     assert not backward_by_default(3000, 2)
 
 

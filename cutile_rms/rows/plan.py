@@ -79,7 +79,8 @@ the core backward), elsewhere only with ``mode="rows"``.
   least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in
   (kernels.RowArray), which loads such rows 4, 8 or 16 bytes at a time; their multi-row forward
   tiles take plain loads. The rest run runtime layouts. Rows of a multiple of 8 elements, not
-  16, run on them forward (the core kernels before session 22); without static layouts (past
+  16, of 2 KB or more (MIN_PIECE_BYTES, as for every 16-bit row that is not a power of two) run
+  on them forward (the core kernels before session 22); without static layouts (past
   rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels.
 - 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
   (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
@@ -230,7 +231,16 @@ ODD_HINT_MIN_REGS = 128
 # (mode="rows"), runtime -> static: 3000 205.0 / 203.3 -> 145.1 / 143.1, 5000 159.6 / 159.2 ->
 # 142.4 / 139.1, 2056 129.9 / 129.1 -> 129.3 / 127.0, 6152 186.7 / 230.5 -> 181.8 / 177.8, 1144
 # 138.8 / 159.7 -> 152.2 / 150.3 (the default backward keeps the core: 125.1 at 3000, 132.2 at
-# 6152, where the row tiles run 8 warps an SM; 154.5-192.4 at the others).
+# 6152, where the row tiles run 8 warps an SM; 154.5-192.4 at the others). Fresh lengths of the
+# class (ab/s22b, seed 445264182), forward, core -> static: 1128 118.7 / 114.7 -> 79.1 / 76.2, 1192
+# 112.7 / 110.0 -> 77.0 / 74.5, 1208 112.0 / 109.5 -> 76.7 / 73.9, 1736 80.6 / 78.4 -> 69.0 / 69.0,
+# 2728 83.3 / 83.1 -> 86.2 / 70.8, 3480 72.6 / 72.5 -> 70.2 / 69.9, 3496 72.6 / 72.8 -> 70.0 / 69.8,
+# 5976 77.5 / 77.5 -> 70.8 / 70.5, 7592 71.5 / 70.9 -> 74.4 / 72.0, 7816 71.3 / 71.0 -> 73.3 / 70.8,
+# 9240 110.0 / 109.7 -> 79.5 / 78.4, 9928 104.4 / 103.7 -> 77.3 / 76.3, 10104 102.4 / 102.8 -> 76.5
+# / 75.7 (geomean 1.21x with s22a's, worst 0.96); one occupancy lower lost at every length; but
+# rows under 2 KB, held as multi-row tiles of several padded pieces, tied or lost: 648 102.3 /
+# 96.6 -> 106.2 / 96.5, 856 80.1 / 75.8 -> 104.1 / 101.4; these stay with the core (the rule for
+# short 16-bit rows that are not a power of two, MIN_PIECE_BYTES).
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
@@ -512,7 +522,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             max_pieces, min_piece = GATHER_PIECES[min(elem_size, 4)], min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = MAX_PIECES
-    if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or (short and n & (n - 1))):
+    if elem_size < 4 and not any_length and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1))):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
