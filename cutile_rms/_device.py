@@ -1,6 +1,7 @@
 """Device queries without a tensor framework (cuda.core), cached per device id."""
 
 import functools
+import threading
 from dataclasses import dataclass
 
 __all__ = ["DeviceInfo", "INTERPRET_DEVICE", "device_info", "dlpack_device_id"]
@@ -35,13 +36,21 @@ class DeviceInfo:
 INTERPRET_DEVICE = DeviceInfo(-1, 4, (0, 0), "interpreter")
 
 
+# cuda.core's first import is not safe from several threads at once: callers of the public API
+# on 8 threads, each the process's first call, saw "ImportError: cannot import name 'Device' from
+# 'cuda.core.cu13'" (H200, session 22, tests/test_hardening.py::test_concurrent_callers). The
+# first query of each device runs under this lock; later ones are lru_cache hits.
+_query_lock = threading.Lock()
+
+
 @functools.lru_cache(maxsize=64)  # one entry per GPU of the machine
 def device_info(device_id: int) -> DeviceInfo:
-    from cuda.core import Device  # imported lazily: importing cutile_rms needs no driver
+    with _query_lock:
+        from cuda.core import Device  # imported lazily: importing cutile_rms needs no driver
 
-    dev = Device(device_id)
-    cc = dev.compute_capability
-    sms = int(dev.properties.multiprocessor_count)
+        dev = Device(device_id)
+        cc = dev.compute_capability
+        sms = int(dev.properties.multiprocessor_count)
     return DeviceInfo(device_id, sms, (int(cc.major), int(cc.minor)), str(dev.name))
 
 

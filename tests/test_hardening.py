@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cutile_rms import rms_norm
+from cutile_rms._device import device_info
 from tests.reference import assert_close, dw_term_scale, dx_term_scale, rms_norm_ref_grads, tolerances
 
 EPS = 1e-6
@@ -74,14 +75,18 @@ def test_concurrent_callers(dev):
     errors, threads = [], []
 
     def worker(k):
-        d = devices[k % len(devices)]
-        stream = torch.cuda.Stream(device=d) if on_gpu else None
-        for i in range(6 if on_gpu else 2):
-            shape = shapes[(k + i) % len(shapes)]
-            err = _check_call(d, shape, DTYPES[(k + i) % 3], (None, "rows")[(k + i) % 2], 1000 * k + i, stream)
-            if err:
-                errors.append(err)
+        try:
+            d = devices[k % len(devices)]
+            stream = torch.cuda.Stream(device=d) if on_gpu else None
+            for i in range(6 if on_gpu else 2):
+                shape = shapes[(k + i) % len(shapes)]
+                err = _check_call(d, shape, DTYPES[(k + i) % 3], (None, "rows")[(k + i) % 2], 1000 * k + i, stream)
+                if err:
+                    errors.append(err)
+        except BaseException as e:  # a thread's exception fails the test (pytest would only warn)
+            errors.append(f"thread {k}: {type(e).__name__}: {e}")
 
+    device_info.cache_clear()  # each device's first query in the threads at once (the lock in _device)
     for k in range(8 if on_gpu else 3):
         threads.append(threading.Thread(target=worker, args=(k,)))
     for t in threads:

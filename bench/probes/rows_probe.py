@@ -1,9 +1,9 @@
 """GPU probe of the row-tile kernels (cutile_rms.rows): every candidate plan of
 rows_candidates.json (the rules' choice and the plans around it that compiled without spills),
 forward on one block per row tile and on a persistent grid, backward persistent, beside the
-shipped plans, the core kernels' own (forward), Liger and the copy ceiling of the same run. Graph replay over rotated inputs
-(bench.timing); every candidate checked against float64 first. Writes $OUT/rows.csv and prints
-one line per shape (best of each provider).
+shipped plans, the core kernels' own (forward), Liger and the copy ceiling of the same run.
+Graph replay over rotated inputs (bench.timing); every candidate checked against float64 first.
+Writes $OUT/rows.csv and prints one line per shape (best of each provider).
 
     python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
