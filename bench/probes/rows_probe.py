@@ -1,7 +1,7 @@
 """GPU probe of the row-tile kernels (cutile_rms.rows): every candidate plan of
 rows_candidates.json (the rules' choice and the plans around it that compiled without spills),
 forward on one block per row tile and on a persistent grid, backward persistent, beside the
-shipped plans, the core kernels' own (forward), Liger and the copy ceiling of the same run.
+shipped plans, the core kernels' own, Liger and the copy ceiling of the same run.
 Graph replay over rotated inputs (bench.timing); every candidate checked against float64 first.
 Writes $OUT/rows.csv and prints one line per shape (best of each provider).
 
@@ -254,6 +254,7 @@ def time_backward(torch, rec, sets, cands):
 
     import cutile_rms
     from bench import timing as Tm
+    from cutile_rms.rmsnorm import torch_impl
 
     dtype = str(sets[0][0].dtype).removeprefix("torch.")
     xg = [s[0].clone().requires_grad_() for s in sets]
@@ -268,6 +269,11 @@ def time_backward(torch, rec, sets, cands):
                  for y, a, b, s in zip(ys, xg, wg, sets, strict=True)]  # fmt: skip
         rec(who, Tm.graph_us(calls, 100))
     rstds = [torch.rsqrt(s[0].float().pow(2).mean(-1) + EPS) for s in sets]
+    code = 0 if dtype != "float32" else 1
+    # the core kernels' own backward plan: torch_impl.backward with a mode other than None and "rows"
+    core = [lambda s=s, r=r: torch_impl.backward(s[0], s[2], s[1], r, 0.0, code, None, mode="core")
+            for s, r in zip(sets, rstds, strict=True)]  # fmt: skip
+    rec("core", Tm.graph_us(core, 100))
     x0, w0, dy0 = sets[0]
     xd, wd = x0.double().requires_grad_(), w0.double().requires_grad_()
     dxr, dwr = torch.autograd.grad(

@@ -231,7 +231,10 @@ ODD_HINT_MIN_REGS = 128
 # (mode="rows"), runtime -> static: 3000 205.0 / 203.3 -> 145.1 / 143.1, 5000 159.6 / 159.2 ->
 # 142.4 / 139.1, 2056 129.9 / 129.1 -> 129.3 / 127.0, 6152 186.7 / 230.5 -> 181.8 / 177.8, 1144
 # 138.8 / 159.7 -> 152.2 / 150.3 (the default backward keeps the core: 125.1 at 3000, 132.2 at
-# 6152, where the row tiles run 8 warps an SM; 154.5-192.4 at the others). Fresh lengths of the
+# 6152, where the row tiles run 8 warps an SM; 154.5-192.4 at the others; ab/s22b, core -> static:
+# 1128 194.0 -> 153.1, 1192 184.4 -> 154.9, 1208 182.8 -> 154.1 at 16 warps an SM; at 8: 1736 135.5
+# -> 189.3, 2728 134.7 -> 192.4, 3480 110.8 -> 141.8, 3496 110.8 -> 141.3, 7592 118.4 -> 149.3, 7816
+# 117.5 -> 146.9, 5976 135.9 -> 154.7: backward_by_default takes the former). Fresh lengths of the
 # class (ab/s22b, seed 445264182), forward, core -> static: 1128 118.7 / 114.7 -> 79.1 / 76.2, 1192
 # 112.7 / 110.0 -> 77.0 / 74.5, 1208 112.0 / 109.5 -> 76.7 / 73.9, 1736 80.6 / 78.4 -> 69.0 / 69.0,
 # 2728 83.3 / 83.1 -> 86.2 / 70.8, 3480 72.6 / 72.5 -> 70.2 / 69.9, 3496 72.6 / 72.8 -> 70.0 / 69.8,
@@ -397,9 +400,20 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     Session 14 (H200, graph replay, one run, row-tile vs core backward): bf16 64 127.4 vs 128.6 us,
     128 128.7 vs 162.5, 256 130.6 vs 174.0; fp32 64 212.3 vs 225.1. Longer rows lose: bf16 512
     153.8 vs 112.7, 1024 152.5 vs 104.4, 4096 108.6 vs 105.4; fp32 192-4096 by 4-11%. The row tiles
-    also read a head view of a fused QKV projection in place, where the core kernels copy it."""
+    also read a head view of a fused QKV projection in place, where the core kernels copy it.
+    And 16-bit rows of a multiple of 8 elements, not 16, on static layouts, whose tiles hold 16
+    warps an SM (session 22: 1128-1208 1.19-1.27x the core, 2056 1.33x, 5000 1.09x; the nine
+    lengths whose tiles held 8 lost, 0.70-0.88x)."""
     lo, hi = DEFAULT_BACKWARD_BYTES
-    return unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi)
+    if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi):
+        return True
+    if not static_fit(n, elem_size, "backward"):
+        return False
+    # rows of a multiple of 8 elements, not 16, on static layouts, where their tiles hold
+    # GATHERED_WARPS_PER_SM warps an SM (the comment before STATIC_MIN_ROW_BYTES); their warps and
+    # blocks depend on n and the element size alone
+    p = plan("backward", 1, 1, n, elem_size, 1)
+    return p is not None and p.warps * p.occupancy >= GATHERED_WARPS_PER_SM
 
 
 def short_view_rows(n: int, elem_size: int) -> bool:
