@@ -346,10 +346,7 @@ def _rows_job(add, label, op, p, n, x, w, casting=K.CAST_LLAMA, store=True, b_on
     from cutile_rms.rows import launch as RL
 
     _, names = RL.KERNELS[op]
-    if op == "forward":
-        consts = RL.forward_values(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store, residual)
-    else:
-        consts = RL.backward_values(p, w is not None, w is not None and x != "float32" and casting != K.CAST_GEMMA)
+    consts = RL.constants(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store, residual)
     arrays = _rows_arrays(x, w, b_one, [k for k in names if k not in consts], res, n if p.static else None)
     values = {**arrays, **consts}
     add(f"rows {op} {label} n={n} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} {p}",
@@ -365,7 +362,7 @@ def _rows_jobs(add):
     for x, es in (("bfloat16", 2), ("float32", 4)):
         for n in ROWS_N:
             for op in ("forward", "backward"):
-                p = plan(op, 4099, 1, n, es, 132)
+                p = plan(op, 4099, 1, n, es, 132, long=False)  # row tiles (long rows: _long_jobs)
                 if p is not None:
                     _rows_job(add, "plan", op, p, n, x, x)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
@@ -445,9 +442,8 @@ def _long_jobs(add):
                     xa, wa = arr(x, 3), arr(x, 1)
                 finally:
                     _ALIGNED[0] = aligned
-                values = dict(TILE_N=q.widths[0], LOADS=q.loads, CASTING=casting, HAS_WEIGHT=has_weight,
-                              STORE_RSTD=casting != K.CAST_NONE, x=xa, y=xa, w=wa if has_weight else xa, eps=F32,
-                              offset=F32, rstd_out=rstd)  # fmt: skip
+                values = dict(RL.constants(q, casting, has_weight, casting != K.CAST_NONE), x=xa, y=xa,
+                              w=wa if has_weight else xa, eps=F32, offset=F32, rstd_out=rstd)  # fmt: skip
                 add(
                     f"rows forward_long {x} aligned cast={casting} w={has_weight} {q}",
                     RL._VARIANTS["forward_long", False][q.hints],
@@ -461,11 +457,10 @@ def _long_jobs(add):
                     RL._VARIANTS["forward_long", True][q.hints],
                     [values[k] for k in RL.KERNELS["forward_long"][1]],
                 )
-            values = dict(TILE_N=p.widths[0], LOADS=p.loads, CASTING=casting, HAS_WEIGHT=has_weight,
-                          STORE_RSTD=casting != K.CAST_NONE, ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows,
-                          dy=rows, dx=rows, y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
-                          c_out=rstd, c_in=rstd, dw_partial=arr("float32", 2) if has_weight else rows, eps=F32,
-                          offset=F32)  # fmt: skip
+            partial = arr("float32", 2) if has_weight else rows
+            values = dict(RL.constants(p, casting, has_weight, casting != K.CAST_NONE), x=rows, dy=rows, dx=rows,
+                          y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd, c_out=rstd,
+                          c_in=rstd, dw_partial=partial, eps=F32, offset=F32)  # fmt: skip
             for name in kernels:
                 add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, False][p.hints],
                     [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
@@ -488,8 +483,7 @@ def _lanes_jobs(add):
                 p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
                 rows = arr(x, 3)
                 name = op + "_lanes"
-                values = dict(RL.lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store,
-                              ROUND_XHAT=has_weight and casting != K.CAST_GEMMA, x=rows, y=rows, dy=rows, dx=rows,
+                values = dict(RL.constants(p, casting, has_weight, store), x=rows, y=rows, dy=rows, dx=rows,
                               w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
                               dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
                 add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",

@@ -179,7 +179,7 @@ def print_signatures(torch):
 
     x = torch.empty((16384, 1, 4096), device="cuda", dtype=torch.bfloat16)
     p = plan("forward", 16384, 1, 4096, 2, 132)
-    values = dict(RL.forward_values(p, 0, True, True), x=x, r=x, s_out=x, w=x[0, 0], y=x,
+    values = dict(RL.constants(p, 0, True), x=x, r=x, s_out=x, w=x[0, 0], y=x,
                   rstd_out=torch.empty((16384, 1), device="cuda"), eps=EPS, offset=0.0)  # fmt: skip
     args = RL.arguments("forward", values)
     for cc in ("cutile_python_v1", "cutile_python_v2"):

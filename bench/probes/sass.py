@@ -128,10 +128,7 @@ def rows_params(p, dt, m, b, n, strides=None):
     rstd = array(ct.float32, (m, b))
     values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
                   eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
-    if p.op == "forward":
-        values.update(RL.forward_values(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True, True))
-    else:
-        values.update(RL.backward_values(p, True, dt != ct.float32))
+    values.update(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True))
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
@@ -152,10 +149,10 @@ def long_params(p, dt, m, n):
         return a
 
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
-    values = dict(x=x, dy=x, dx=x, y=x, w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
-                  dw_partial=array(ct.float32, (p.grid, -(-n // p.widths[0]) * p.widths[0])), eps=F32, offset=F32,
-                  TILE_N=p.widths[0], LOADS=p.loads, CASTING=K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA,
-                  HAS_WEIGHT=True, STORE_RSTD=True, ROUND_XHAT=dt != ct.float32)  # fmt: skip
+    partial = array(ct.float32, (p.grid, -(-n // p.widths[0]) * p.widths[0]))
+    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=x, dy=x, dx=x, y=x,
+                  w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, dw_partial=partial, eps=F32,
+                  offset=F32)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("dot_long", "backward_long")
     hints = {"occupancy": p.occupancy, "num_worker_warps": p.warps}
     return [(name, RL._VARIANTS[name, False].kernel, [values[k] for k in RL.KERNELS[name][1]], hints) for name in names]

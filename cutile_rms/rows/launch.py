@@ -25,8 +25,8 @@ from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
 
-__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments", "backward_values",
-           "forward_values", "lanes_values", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
+__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments", "constants", "plan",
+           "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
@@ -88,31 +88,23 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, **overri
     return p
 
 
-def _tile_values(p: RowsPlan) -> dict:
-    w0, w1, w2 = p.widths
-    return dict(
-        TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n, LOADS=p.loads
-    )
-
-
-def _long_values(p: RowsPlan) -> dict:
-    return dict(TILE_N=p.widths[0], LOADS=p.loads)
-
-
-def lanes_values(p: RowsPlan) -> dict:
-    """The lanes kernels' tile constants for a plan of kind "lanes"."""
-    return dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
-
-
-def forward_values(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool,
-                   residual: int = CK.RESIDUAL_NONE) -> dict:  # fmt: skip
-    """The forward kernel's compile-time constants for a plan."""
-    return dict(_tile_values(p), CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd, RESIDUAL=residual)
-
-
-def backward_values(p: RowsPlan, has_weight: bool, round_xhat: bool) -> dict:
-    """The backward kernel's compile-time constants for a plan."""
-    return dict(_tile_values(p), HAS_WEIGHT=has_weight, ROUND_XHAT=round_xhat)
+def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = True,
+              residual: int = CK.RESIDUAL_NONE) -> dict:  # fmt: skip
+    """Every compile-time constant of plan p's kernels for a call's flags: the tile (kind "tile"),
+    chunk ("long") or lanes ("lanes") shape and the flags; ``arguments`` picks each kernel's own.
+    The one spelling of them that the launchers, the AOT check (tests/aot.py) and the SASS probes
+    (bench/probes/sass.py) share. dW rounds xhat to x's dtype except in gemma casting (fp32 rows
+    run gemma: one computation in fp32)."""
+    if p.kind == "long":
+        shape = dict(TILE_N=p.widths[0], LOADS=p.loads)
+    elif p.kind == "lanes":
+        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
+    else:
+        w0, w1, w2 = p.widths
+        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n,
+                     LOADS=p.loads, RESIDUAL=residual)  # fmt: skip
+    return dict(shape, CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd,
+                ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA)  # fmt: skip
 
 
 def arguments(op: str, values: dict) -> tuple:
@@ -127,21 +119,15 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
     not stored, and s_dtype_like, any array of the sum's dtype, names it."""
     has_weight = weight is not None
-    if p.kind in ("long", "lanes"):
-        if residual is not None:
-            raise ValueError(f"the {p.kind} forward has no residual add")
-        op = "forward_" + p.kind
-        values = dict(_long_values(p) if p.kind == "long" else lanes_values(p), CASTING=casting, HAS_WEIGHT=has_weight,
-                      STORE_RSTD=rstd is not None, x=x, w=weight if has_weight else x, y=y,
-                      rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
-        launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
-        return
+    if p.kind != "tile" and residual is not None:
+        raise ValueError(f"the {p.kind} forward has no residual add")
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
-    values = forward_values(p, casting, has_weight, rstd is not None, code)
+    values = constants(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
                   rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
-    launch(stream, (p.grid,), _VARIANTS["forward", p.static][p.hints], arguments("forward", values))
+    op = "forward" if p.kind == "tile" else "forward_" + p.kind
+    launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
 
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
@@ -157,9 +143,7 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
     lanes = p.kind == "lanes"
     partial = empty_f32((p.grid, p.widths[0] if lanes else n)) if has_weight else None
     op = "backward_lanes" if lanes else "backward"
-    round_xhat = has_weight and casting != CK.CAST_GEMMA
-    values = dict(lanes_values(p), HAS_WEIGHT=has_weight, ROUND_XHAT=round_xhat) if lanes else backward_values(
-        p, has_weight, round_xhat)  # fmt: skip
+    values = constants(p, casting, has_weight)
     values.update(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
@@ -183,9 +167,8 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     chunks = -(-n // chunk)
     c = empty_f32((a, b))
     partial = empty_f32((p.grid, chunks * chunk)) if has_weight else None
-    values = dict(_long_values(p), HAS_WEIGHT=has_weight, ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA, x=x,
-                  dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c, c_in=c, dx=dx,
-                  dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
+    values = dict(constants(p, casting, has_weight), x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c,
+                  c_in=c, dx=dx, dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
     dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
     launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
     launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],
