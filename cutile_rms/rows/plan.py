@@ -10,8 +10,9 @@ bench/results/h200/ab/s12*-rows-probe-*.csv, bench/NOTES.md); session 14 changed
 tiles' rule; session 18 the gathered tiles' (the comment above GATHERED_BWD_MIN_WIDTH) and the
 lanes backward.
 The backward's row-tile rules are still the first choices read from the SASS (session 11); it runs
-by default on the short rows that ``backward_by_default`` names (session 14's comparison with
-the core backward), elsewhere only with ``mode="rows"``.
+by default on the rows that ``backward_by_default`` names (short power-of-two rows: session 14's
+comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 8 elements, not
+16, whose static tiles hold 16 warps an SM: session 22), elsewhere only with ``mode="rows"``.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
   warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
