@@ -84,10 +84,10 @@ def _rows_plan(x, r, s_like, mode, device):
         return None
     m, n = x.shape
     sizes = {x.itemsize, r.itemsize, s_like.itemsize, 4}
-    plans = [RL.plan("forward", m, 1, n, es, device.num_sms, lanes=False, long=False, static=False) for es in sizes]
-    if any(p is None or p.kind != "tile" for p in plans):  # the long-row kernels have no residual add
+    plans = {es: RL.plan("forward", m, 1, n, es, device.num_sms, lanes=False, long=False, static=False) for es in sizes}
+    if any(p is None or p.kind != "tile" for p in plans.values()):  # the long-row kernels have no residual add
         return None
-    return RL.plan("forward", m, 1, n, 4, device.num_sms, lanes=False, long=False, static=False)
+    return plans[4]
 
 
 def run_fused_forward(x, r, weight, y, s, rstd, eps, offset, casting, mode, device, stream, s_dtype_like=None):
