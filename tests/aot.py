@@ -44,6 +44,7 @@ ARRAY_DTYPES = {
     "float8_e5m2": ct.float8_e5m2,
 }  # FP8 outputs
 F32 = ScalarConstraint(ct.float32)
+I32 = ScalarConstraint(ct.int32)
 
 
 ELEMENT_BYTES = {
@@ -424,46 +425,43 @@ def _rows_jobs(add):
 def _long_jobs(add):
     """The long-row kernels (unaligned rows past the row tiles' longest): forward with and
     without rstd, the backward's row dot and chunks, each casting mode and weight presence, each
-    element size's plan; and the forward of aligned 16-bit rows (plan.long_fit: plain loads)."""
+    element size's plan; the forward of aligned 16-bit rows (plan.long_fit: plain loads); and the
+    static layouts of 16-bit rows of an even length not a multiple of 16 (plan.static_fit)."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import long_plan
 
     rstd = arr("float32", 2, last_div=1)
+
+    def job(p, n, x, casting, has_weight, names, what):
+        width = -(-n // p.widths[0]) * p.widths[0]
+        rows, wa, partial = arr(x, 3), arr(x, 1), arr("float32", 2)
+        if p.static:
+            rows, wa, partial = static_rows(rows, n, (n, n, 1)), static_rows(wa, n), static_rows(partial, width)
+        values = dict(RL.constants(p, casting, has_weight, casting != K.CAST_NONE), x=rows, dy=rows, dx=rows, y=rows,
+                      w=wa if has_weight else rows, rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
+                      dw_partial=partial if has_weight else rows, eps=F32, offset=F32, chunks=I32)  # fmt: skip
+        for name in names:
+            add(f"rows {name} {x} {what} n={n} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, p.static][p.hints],
+                [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+
     cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
              ("float32", K.CAST_GEMMA, True))  # fmt: skip
     for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
         for x, casting, has_weight in cases:
-            p = long_plan(op, 4099, 1, 25263, ELEMENT_BYTES[x], 132)
-            rows = arr(x, 3)
-            if op == "forward" and x != "float32":  # aligned rows (22528 elements): plain loads
-                q = long_plan(op, 4099, 1, 22528, ELEMENT_BYTES[x], 132)
-                aligned, _ALIGNED[0] = _ALIGNED[0], True
-                try:
-                    xa, wa = arr(x, 3), arr(x, 1)
-                finally:
-                    _ALIGNED[0] = aligned
-                values = dict(RL.constants(q, casting, has_weight, casting != K.CAST_NONE), x=xa, y=xa,
-                              w=wa if has_weight else xa, eps=F32, offset=F32, rstd_out=rstd)  # fmt: skip
-                add(
-                    f"rows forward_long {x} aligned cast={casting} w={has_weight} {q}",
-                    RL._VARIANTS["forward_long", False][q.hints],
-                    [values[k] for k in RL.KERNELS["forward_long"][1]],
-                )
-                # its static-layout twin (the probes' "static": "force"): N and the strides compiled in
-                xs = static_rows(xa, 22528, (22528, 22528, 1))
-                values.update(x=xs, y=xs, w=static_rows(wa, 22528) if has_weight else xs)
-                add(
-                    f"rows forward_long {x} aligned static cast={casting} w={has_weight} {q}",
-                    RL._VARIANTS["forward_long", True][q.hints],
-                    [values[k] for k in RL.KERNELS["forward_long"][1]],
-                )
-            partial = arr("float32", 2) if has_weight else rows
-            values = dict(RL.constants(p, casting, has_weight, casting != K.CAST_NONE), x=rows, dy=rows, dx=rows,
-                          y=rows, w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd, c_out=rstd,
-                          c_in=rstd, dw_partial=partial, eps=F32, offset=F32)  # fmt: skip
-            for name in kernels:
-                add(f"rows {name} {x} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, False][p.hints],
-                    [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+            es = ELEMENT_BYTES[x]
+            job(long_plan(op, 4099, 1, 25263, es, 132), 25263, x, casting, has_weight, kernels, "unaligned")
+            if x == "float32":
+                continue
+            aligned, _ALIGNED[0] = _ALIGNED[0], True
+            try:
+                if op == "forward":  # aligned rows (22528 elements): plain loads
+                    job(long_plan(op, 4099, 1, 22528, es, 132), 22528, x, casting, has_weight, kernels, "aligned")
+                for n in (25262, 25256) if casting == K.CAST_LLAMA else (25262,):  # static: 4-, 16-byte aligned
+                    p = long_plan(op, 4099, 1, n, es, 132)
+                    assert p.static, p
+                    job(p, n, x, casting, has_weight, kernels, "static")
+            finally:
+                _ALIGNED[0] = aligned
 
 
 def _lanes_jobs(add):

@@ -243,7 +243,8 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
 
 
 # Unaligned rows longer than the row tiles take: the long-row kernels (plan kind "long").
-LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434), "2-D, even")]
+LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434), "2-D, even"),
+              ((3, 20002), "2-D, even, runtime layouts")]
 
 
 @pytest.mark.parametrize("shape,what", LONG_CASES, ids=[c[1] for c in LONG_CASES])
@@ -251,12 +252,19 @@ LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434)
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     """y, rstd, dx and dw (NaN-poisoned first) of the long-row kernels against float64; x and dy
-    are left as they were."""
+    are left as they were. Even 16-bit rows run static layouts (plan.static_fit), and the runtime
+    ones that a process past rows.launch.STATIC_LAYOUTS falls back to."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
-    assert plan("backward", 3, 1, n, es, SMS).kind == "long"
+    static = "runtime" not in what
+    bwd = plan("backward", 3, 1, n, es, SMS)
+    assert bwd.kind == "long" and bwd.static == static_fit(n, es, "backward")
     fwd = plan("forward", 3, 1, n, es, SMS)
-    assert fwd.kind == "long" if es == 2 else fwd is None  # fp32: the core's split forward
-    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, long_plan)
+    assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
+
+    def plan_of(*args):
+        return long_plan(*args, static=static)
+
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
 # The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
@@ -269,14 +277,15 @@ LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a part
 @pytest.mark.parametrize("chunk", [None, 1024], ids=["rules", "chunk1024"])
 @pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
 def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
-    """y, rstd, dx and dw of the long-row kernels on 16-byte aligned rows against float64; the
-    forward also on static layouts (the probes' rows_fwd_long with N and the strides compiled in)."""
+    """y, rstd, dx and dw of the long-row kernels on 16-byte aligned rows against float64, on
+    runtime and static layouts (N and the strides compiled in: the rules take them for 16-bit
+    rows of a multiple of 8 elements, not 16, plan.static_fit)."""
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
         p = plan(op, a, b, n, es, sms, long=True, chunk=chunk)
-        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and not p.static
-        return dataclasses.replace(p, static=static and op == "forward")
+        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == static_fit(n, es, op)
+        return dataclasses.replace(p, static=static)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
@@ -284,11 +293,13 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
 @pytest.mark.compile
 @pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 22528), ("forward", "float16", 12288),
                                         ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
-                                        ("backward", "float32", 16261)])  # fmt: skip
+                                        ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
+                                        ("backward", "float16", 10812)])  # fmt: skip
 def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
     """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200
-    (bench/NOTES.md, session 21: bf16 4 KB chunks at 4 blocks, 160 bytes of stack)."""
+    (bench/NOTES.md, session 21: bf16 4 KB chunks at 4 blocks, 160 bytes of stack); so did
+    static layouts whose chunk loops unrolled whole (53908, 10812: session 23)."""
     from bench.probes import sass
 
     try:

@@ -137,25 +137,29 @@ def rows_params(p, dt, m, b, n, strides=None):
 def long_params(p, dt, m, n):
     """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
     (kind "long": the forward, or the backward's row dot and chunks) for C-contiguous (m, 1, n)
-    rows, training flags; aligned rows (16-byte multiples) as the JIT proves them, others with no
-    divisibility at all."""
+    rows, training flags; on runtime layouts aligned rows (16-byte multiples) as the JIT proves
+    them, others with no divisibility at all; on static layouts (p.static) as rows_params."""
     from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 
     def rows_array(shape):
         a = array(dt, shape)
+        if p.static:
+            return static(a, n, (n, n, 1) if len(shape) == 3 else None)
         if n * ES[dt] % 16:
             a = dataclasses.replace(a, stride_divisible_by=(1,) * len(shape), shape_divisible_by=(1,) * len(shape))
         return a
 
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
-    partial = array(ct.float32, (p.grid, -(-n // p.widths[0]) * p.widths[0]))
+    width = -(-n // p.widths[0]) * p.widths[0]
+    partial = array(ct.float32, (p.grid, width))
     values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=x, dy=x, dx=x, y=x,
-                  w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, dw_partial=partial, eps=F32,
-                  offset=F32)  # fmt: skip
+                  w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
+                  offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("dot_long", "backward_long")
     hints = {"occupancy": p.occupancy, "num_worker_warps": p.warps}
-    return [(name, RL._VARIANTS[name, False].kernel, [values[k] for k in RL.KERNELS[name][1]], hints) for name in names]
+    return [(name, RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], hints)
+            for name in names]  # fmt: skip
 
 
 def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):

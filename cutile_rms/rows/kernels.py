@@ -508,11 +508,10 @@ def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOO
 
 
 @ct.function
-def _long_row_dot(x, dy, w, ia, ib, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
-    """(1, 1, 1) fp32 sum of wdy * x over row (ia, ib): the whole chunks unchecked, then the last
-    one, past N, checked."""
+def _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+    """(1, 1, 1) fp32 sum of wdy * x over row (ia, ib): the ``full`` whole chunks unchecked, then
+    the last one, past N, checked."""
     n = x.shape[2]
-    full = n // TILE_N
     acc = ct.zeros((1, 1, 1), dtype=ct.float32)
     for j in range(full):
         acc += _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N, HAS_WEIGHT, False, LOADS)
@@ -529,20 +528,20 @@ def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
 
 
 @row_kernel
-def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_N: C_INT, CASTING: C_INT,
-                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, chunks, TILE_N: C_INT,
+                  CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it). The squares add up element by element in a chunk-shaped accumulator, summed
     across the block once a row: no barrier per chunk, and tileiras unrolls the first pass (SASS,
     bf16 rows of 8192 in chunks of 2048 on 8 warps: four 16-byte loads a thread in flight; the
-    rules' chunks of 4096 at 4 blocks: 63 registers, no stack). The rules run its runtime-layout
-    twin (DYNAMIC); the static one (N known: the chunk loops unroll, and bf16 18432's second
-    pass compiles without a barrier a chunk) is for probes until measured (bench/NOTES.md,
-    session 21)."""
+    rules' chunks of 4096 at 4 blocks: 63 registers, no stack). chunks: the row's whole chunks,
+    N // TILE_N, a runtime value also on static layouts, where N // TILE_N would unroll both
+    loops whole (SASS, bf16 rows of 53908: 9040 instructions and 24 bytes of stack at 128
+    registers, against 1920 and none; bench/NOTES.md, session 23)."""
     n = x.shape[2]
     b = x.shape[1]
-    full = n // TILE_N
+    full = chunks
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
         acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)
@@ -559,15 +558,16 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@ct.kernel
-def rows_dot_long(x, dy, w, rstd_in, c_out, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+@row_kernel
+def rows_dot_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_out, offset, chunks, TILE_N: C_INT,
+                  HAS_WEIGHT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
-    fp32); blocks stride over the rows."""
+    fp32); blocks stride over the rows. chunks: N // TILE_N (as for rows_fwd_long)."""
     n = x.shape[2]
     b = x.shape[1]
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        acc = _long_row_dot(x, dy, w, ia, ib, offset, TILE_N, HAS_WEIGHT, LOADS)
+        acc = _long_row_dot(x, dy, w, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS)
         rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
         ct.store(c_out, (ia, ib), ct.reshape(_mean(acc * rstd, n, LOADS), (1, 1)), allow_tma=False)
 
@@ -593,9 +593,9 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 
 
-@ct.kernel
-def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
-                  ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
+@row_kernel
+def rows_bwd_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_in, dx: RowArray, dw_partial: RowVector, offset,
+                  TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
     writes dx of chunk j of rows g, g + G, ... and their dW into dw_partial[g, chunk j] ((G,
     chunks x TILE_N) fp32, whole chunks: the padded columns, past N, sum to nothing the

@@ -34,9 +34,9 @@ BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TIL
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks.
 LONG_PARAMS = {
-    "forward_long": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_N", "CASTING", "HAS_WEIGHT", "STORE_RSTD",
-                     "LOADS"),
-    "dot_long": ("x", "dy", "w", "rstd_in", "c_out", "offset", "TILE_N", "HAS_WEIGHT", "LOADS"),
+    "forward_long": ("x", "w", "y", "rstd_out", "eps", "offset", "chunks", "TILE_N", "CASTING", "HAS_WEIGHT",
+                     "STORE_RSTD", "LOADS"),
+    "dot_long": ("x", "dy", "w", "rstd_in", "c_out", "offset", "chunks", "TILE_N", "HAS_WEIGHT", "LOADS"),
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
@@ -53,8 +53,8 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
-# Kernel objects by (op, static) and hints: runtime layouts (rows_fwd's and rows_bwd's twins, the
-# other kernels themselves), and rows_fwd's and rows_bwd's static layouts.
+# Kernel objects by (op, static) and hints: runtime layouts (the twins of the row-tile and long-row
+# kernels, the lanes kernels themselves), and the row-tile and long-row kernels' static layouts.
 _VARIANTS = {(op, False): HintVariants(K.DYNAMIC.get(kernel, kernel)) for op, (kernel, _) in KERNELS.items()}
 _VARIANTS.update({(op, True): HintVariants(kernel) for op, (kernel, _) in KERNELS.items() if kernel in K.DYNAMIC})
 # Row layouts (B, N) a process runs on static kernels, each compiled for it on first use (about a
@@ -125,7 +125,8 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     values = constants(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
-                  rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset))  # fmt: skip
+                  rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset),
+                  chunks=x.shape[2] // p.widths[0])  # fmt: skip
     op = "forward" if p.kind == "tile" else "forward_" + p.kind
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
 
@@ -168,7 +169,8 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     c = empty_f32((a, b))
     partial = empty_f32((p.grid, chunks * chunk)) if has_weight else None
     values = dict(constants(p, casting, has_weight), x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c,
-                  c_in=c, dx=dx, dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
+                  c_in=c, dx=dx, dw_partial=partial if has_weight else x, offset=float(offset),
+                  chunks=n // chunk)  # fmt: skip
     dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
     launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
     launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],

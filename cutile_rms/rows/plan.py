@@ -447,9 +447,10 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
 
 
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
-              warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+              warps: int | None = None, occupancy: int | None = None, static: bool = True) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
-    keywords override the rules (probes): chunk in elements, a power of two."""
+    keywords override the rules (probes): chunk in elements, a power of two; static: whether the
+    caller may run static layouts, which the plan takes where ``static_fit`` does."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     if op == "forward":
@@ -461,7 +462,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
-                    "long")  # fmt: skip
+                    "long", 0, static and static_fit(n, elem_size, op))  # fmt: skip
 
 
 def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
@@ -524,7 +525,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static)
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
@@ -550,7 +551,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
         if not take_long:  # split kernels
             return None
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static)
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
