@@ -53,7 +53,8 @@ def plan_of(c, persistent=None):
     p = plan(c["op"], c["m"], 1, c["n"], DTYPES[c["dtype"]], SMS, tile_rows=c.get("tile_rows"), warps=c.get("warps"),
              occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
-             static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"))  # fmt: skip
+             static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
+             unroll=c.get("unroll"))  # fmt: skip
     if not (force and p is not None and (p.kind == "tile" or (p.kind, p.op) == ("long", "forward"))):
         return p
     multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1

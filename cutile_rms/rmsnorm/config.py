@@ -52,6 +52,13 @@ KERNELS = ("tile", "chunked", "split", "packed")
 # the caller cannot run split kernels, the plan falls back to the architecture-neutral default
 # for the row bucket.
 MAX_SPLIT = 16
+# The forward's split kernel runs 16-bit rows only where the JIT proves them a multiple of
+# SPLIT_VECTOR_ELEMS elements; on others (a multiple of 8, not 16: past the row tiles' longest,
+# which only their static layouts load 16 bytes at a time) the bucket's default serves. Session
+# 23 (ab/s23b), H200, graph replay, bf16 / fp16 us, split (3 blocks a row) -> the default (chunked,
+# 4096 a chunk): 1953 x 34360 184.3 / 176.3 -> 115.7 / 112.9, 1511 x 44392 150.9 / 144.4 -> 114.1
+# / 113.2. The backward's split plans were not measured on such rows.
+SPLIT_VECTOR_ELEMS = 16
 
 # Packed words (kernel "packed", backward of 16-bit inputs only): the tile backward on int32
 # views of x, dy, dx and the weight, two elements per word (kernels/packed.py says why). It needs an
@@ -301,7 +308,8 @@ def kernel_config(
     if cfg.kernel == "packed" and not (provides.words and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
     cfg = fit_to_row(cfg, n, op)
-    if cfg.kernel == "split" and split_count(n, cfg.tile_n) > split_blocks:
+    unproven = op == "forward" and elem_size == 2 and n % SPLIT_VECTOR_ELEMS != 0  # (SPLIT_VECTOR_ELEMS above)
+    if cfg.kernel == "split" and (split_count(n, cfg.tile_n) > split_blocks or unproven):
         return fit_to_row(DEFAULT_TABLE[op][b], n, op)
     return cfg
 

@@ -529,19 +529,19 @@ def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
 
 @row_kernel
 def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, chunks, TILE_N: C_INT,
-                  CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT):  # fmt: skip
+                  CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT, UNROLL: C_BOOL):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it). The squares add up element by element in a chunk-shaped accumulator, summed
     across the block once a row: no barrier per chunk, and tileiras unrolls the first pass (SASS,
     bf16 rows of 8192 in chunks of 2048 on 8 warps: four 16-byte loads a thread in flight; the
     rules' chunks of 4096 at 4 blocks: 63 registers, no stack). chunks: the row's whole chunks,
-    N // TILE_N, a runtime value also on static layouts, where N // TILE_N would unroll both
-    loops whole (SASS, bf16 rows of 53908: 9040 instructions and 24 bytes of stack at 128
-    registers, against 1920 and none; bench/NOTES.md, session 23)."""
+    N // TILE_N, passed at run time; UNROLL (static layouts only) takes the compile-time N //
+    TILE_N instead, which unrolls both loops whole: faster where it fits the registers, spilled
+    where the row has many chunks (plan.LONG_UNROLL_CHUNKS; bench/NOTES.md, session 23)."""
     n = x.shape[2]
     b = x.shape[1]
-    full = chunks
+    full = n // TILE_N if UNROLL else chunks
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
         acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)

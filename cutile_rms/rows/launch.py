@@ -35,7 +35,7 @@ BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TIL
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks.
 LONG_PARAMS = {
     "forward_long": ("x", "w", "y", "rstd_out", "eps", "offset", "chunks", "TILE_N", "CASTING", "HAS_WEIGHT",
-                     "STORE_RSTD", "LOADS"),
+                     "STORE_RSTD", "LOADS", "UNROLL"),
     "dot_long": ("x", "dy", "w", "rstd_in", "c_out", "offset", "chunks", "TILE_N", "HAS_WEIGHT", "LOADS"),
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
@@ -96,7 +96,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     (bench/probes/sass.py) share. dW rounds xhat to x's dtype except in gemma casting (fp32 rows
     run gemma: one computation in fp32)."""
     if p.kind == "long":
-        shape = dict(TILE_N=p.widths[0], LOADS=p.loads)
+        shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll)
     elif p.kind == "lanes":
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
     else:

@@ -287,6 +287,11 @@ LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 LONG_MAX_BLOCKS = 4
 LONG_MIN_BYTES = 24 * 1024
+# Static long forward rows (static_fit: even 16-bit rows past the row tiles, 4- or 8-byte
+# aligned) compile their chunk count in (kernels.rows_fwd_long's UNROLL) where they have at most
+# LONG_UNROLL_CHUNKS whole chunks, and take it at run time above (measured: the comment after
+# the session 23 probe, bench/NOTES.md).
+LONG_UNROLL_CHUNKS = 12
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -373,6 +378,7 @@ class RowsPlan:
     kind: str = "tile"
     lanes: int = 0
     static: bool = False
+    unroll: bool = False
 
     @property
     def hints(self) -> tuple:
@@ -447,10 +453,12 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
 
 
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
-              warps: int | None = None, occupancy: int | None = None, static: bool = True) -> RowsPlan:  # fmt: skip
+              warps: int | None = None, occupancy: int | None = None, static: bool = True,
+              unroll: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
-    caller may run static layouts, which the plan takes where ``static_fit`` does."""
+    caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
+    whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL)."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     if op == "forward":
@@ -461,8 +469,10 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         occupancy = occupancy or LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
+    static = static and op == "forward" and static_fit(n, elem_size, op)
+    unroll = static and (n // chunk <= LONG_UNROLL_CHUNKS if unroll is None else unroll)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
-                    "long", 0, static and static_fit(n, elem_size, op))  # fmt: skip
+                    "long", 0, static, unroll)  # fmt: skip
 
 
 def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
@@ -506,7 +516,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
-         chunk: int | None = None) -> RowsPlan | None:  # fmt: skip
+         chunk: int | None = None, unroll: bool | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -525,7 +535,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static)
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
+                         unroll=unroll)
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
@@ -551,7 +562,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
         if not take_long:  # split kernels
             return None
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static)
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
+                         unroll=unroll)
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
