@@ -243,8 +243,13 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
 
 
 # Unaligned rows longer than the row tiles take: the long-row kernels (plan kind "long").
-LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434), "2-D, even"),
-              ((3, 20002), "2-D, even, runtime layouts")]
+LONG_CASES = [
+    ((3, 25263), "2-D, odd"),
+    ((2, 3, 18433), "3-D, odd"),
+    ((3, 18434), "2-D, even"),
+    ((3, 20002), "2-D, even, runtime layouts"),
+    ((3, 20006), "2-D, even, chunk count at run time"),
+]
 
 
 @pytest.mark.parametrize("shape,what", LONG_CASES, ids=[c[1] for c in LONG_CASES])
@@ -252,17 +257,18 @@ LONG_CASES = [((3, 25263), "2-D, odd"), ((2, 3, 18433), "3-D, odd"), ((3, 18434)
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     """y, rstd, dx and dw (NaN-poisoned first) of the long-row kernels against float64; x and dy
-    are left as they were. Even 16-bit rows run static layouts (plan.static_fit), and the runtime
-    ones that a process past rows.launch.STATIC_LAYOUTS falls back to."""
+    are left as they were. Even 16-bit rows run the forward on static layouts (plan.static_fit),
+    unrolled or not (plan.LONG_UNROLL_CHUNKS), and on the runtime ones that a process past
+    rows.launch.STATIC_LAYOUTS falls back to."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
     static = "runtime" not in what
     bwd = plan("backward", 3, 1, n, es, SMS)
-    assert bwd.kind == "long" and bwd.static == static_fit(n, es, "backward")
+    assert bwd.kind == "long" and not bwd.static  # the long backward: runtime layouts (session 23)
     fwd = plan("forward", 3, 1, n, es, SMS)
     assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
 
     def plan_of(*args):
-        return long_plan(*args, static=static)
+        return long_plan(*args, static=static, unroll=False if "run time" in what else None)
 
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
@@ -284,7 +290,7 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
 
     def plan_of(op, a, b, n, es, sms):
         p = plan(op, a, b, n, es, sms, long=True, chunk=chunk)
-        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == static_fit(n, es, op)
+        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == (op == "forward" and static_fit(n, es))
         return dataclasses.replace(p, static=static)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)

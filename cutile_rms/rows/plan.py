@@ -535,8 +535,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
-                         unroll=unroll)
+        return long_plan(
+            op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static, unroll=unroll
+        )
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
@@ -562,8 +563,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
         if not take_long:  # split kernels
             return None
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
-                         unroll=unroll)
+        return long_plan(
+            op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static, unroll=unroll
+        )
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
