@@ -441,7 +441,8 @@ def _long_jobs(add):
                       w=wa if has_weight else rows, rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
                       dw_partial=partial if has_weight else rows, eps=F32, offset=F32, chunks=I32)  # fmt: skip
         for name in names:
-            add(f"rows {name} {x} {what} n={n} cast={casting} w={has_weight} {p}", RL._VARIANTS[name, p.static][p.hints],
+            kernel = RL._VARIANTS[name, p.static][p.hints]
+            add(f"rows {name} {x} {what} n={n} cast={casting} w={has_weight} {p}", kernel,
                 [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
     cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
