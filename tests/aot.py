@@ -425,8 +425,8 @@ def _rows_jobs(add):
 def _long_jobs(add):
     """The long-row kernels (unaligned rows past the row tiles' longest): forward with and
     without rstd, the backward's row dot and chunks, each casting mode and weight presence, each
-    element size's plan; the forward of aligned 16-bit rows (plan.long_fit: plain loads); and the
-    static layouts of 16-bit rows of an even length not a multiple of 16 (plan.static_fit)."""
+    element size's plan; the forward of aligned 16-bit rows (plan.long_fit: plain loads), and on
+    the static layouts of even 16-bit rows not a multiple of 16 elements (plan.static_fit)."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import long_plan
 
@@ -457,10 +457,11 @@ def _long_jobs(add):
             try:
                 if op == "forward":  # aligned rows (22528 elements): plain loads
                     job(long_plan(op, 4099, 1, 22528, es, 132), 22528, x, casting, has_weight, kernels, "aligned")
-                for n in (25262, 25256) if casting == K.CAST_LLAMA else (25262,):  # static: 4-, 16-byte aligned
-                    p = long_plan(op, 4099, 1, n, es, 132)
-                    assert p.static, p
-                    job(p, n, x, casting, has_weight, kernels, "static")
+                if op == "forward":  # static layouts, the chunk count compiled in and (llama) at run time
+                    for unroll in (True, False) if casting == K.CAST_LLAMA else (True,):
+                        p = long_plan(op, 4099, 1, 25262, es, 132, unroll=unroll)
+                        assert p.static and p.unroll == unroll, p
+                        job(p, 25262, x, casting, has_weight, kernels, "static")
             finally:
                 _ALIGNED[0] = aligned
 
