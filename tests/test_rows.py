@@ -258,7 +258,7 @@ LONG_CASES = [
 def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     """y, rstd, dx and dw (NaN-poisoned first) of the long-row kernels against float64; x and dy
     are left as they were. Even 16-bit rows run the forward on static layouts (plan.static_fit),
-    unrolled or not (plan.LONG_UNROLL_CHUNKS), and on the runtime ones that a process past
+    unrolled or not (plan.LONG_UNROLL_WORD_ELEMS), and on the runtime ones that a process past
     rows.launch.STATIC_LAYOUTS falls back to."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
     static = "runtime" not in what
@@ -266,6 +266,7 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     assert bwd.kind == "long" and not bwd.static  # the long backward: runtime layouts (session 23)
     fwd = plan("forward", 3, 1, n, es, SMS)
     assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
+    assert es != 2 or fwd.unroll == (fwd.static and n % 4 == 2)  # the chunk count compiled in: 32-bit loads
 
     def plan_of(*args):
         return long_plan(*args, static=static, unroll=False if "run time" in what else None)

@@ -538,7 +538,7 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
     rules' chunks of 4096 at 4 blocks: 63 registers, no stack). chunks: the row's whole chunks,
     N // TILE_N, passed at run time; UNROLL (static layouts only) takes the compile-time N //
     TILE_N instead, which unrolls both loops whole: faster where it fits the registers, spilled
-    where the row has many chunks (plan.LONG_UNROLL_CHUNKS; bench/NOTES.md, session 23)."""
+    where the loads are 64-bit (plan.LONG_UNROLL_WORD_ELEMS; bench/NOTES.md, session 23)."""
     n = x.shape[2]
     b = x.shape[1]
     full = n // TILE_N if UNROLL else chunks

@@ -89,7 +89,8 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   blocks an SM (no padded lanes, few registers, many warps).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
-  long-row kernels (``long_plan``: 16-bit forward, every backward); short ones (padded to at most
+  long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
+  on static layouts, 4 or 8 bytes a load, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
   (``lanes_plan``).
 
@@ -287,11 +288,17 @@ LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 LONG_MAX_BLOCKS = 4
 LONG_MIN_BYTES = 24 * 1024
-# Static long forward rows (static_fit: even 16-bit rows past the row tiles, 4- or 8-byte
-# aligned) compile their chunk count in (kernels.rows_fwd_long's UNROLL) where they have at most
-# LONG_UNROLL_CHUNKS whole chunks, and take it at run time above (measured: the comment after
-# the session 23 probe, bench/NOTES.md).
-LONG_UNROLL_CHUNKS = 12
+# The static long forward (static_fit rows past the row tiles: even 16-bit rows, 4- or 8-byte
+# aligned) compiles its chunk count in (kernels.rows_fwd_long's UNROLL) on rows of an odd number
+# of 4-byte words (n % 4 == 2, 32-bit loads), where tileiras keeps the loops' size (SASS, 5-15
+# chunks: 832-1488 instructions, no stack); rows of a multiple of 4 elements (64-bit loads) take
+# it at run time, since there tileiras unrolls the loops whole from 6 chunks on and spills at the
+# 128-register cap of 2 blocks (6 of 8 lengths of 6-13 chunks, 8-64 bytes of stack). Session 23
+# (ab/s23c), H200, graph replay, bf16 / fp16 us, run-time count -> compiled in: n % 4 == 2, 10
+# lengths 24326-64450: 1.07-1.30x faster (28566 116.3 / 115.7 -> 89.5 / 88.9, 64450 146.5 / 148.3
+# -> 126.1 / 125.7); n % 4 == 0: 53908 127.8 / 113.3 -> 172.9 / 128.5, 60172 138.7 / 119.5 ->
+# 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
+LONG_UNROLL_WORD_ELEMS = 4
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -470,7 +477,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
     static = static and op == "forward" and static_fit(n, elem_size, op)
-    unroll = static and (n // chunk <= LONG_UNROLL_CHUNKS if unroll is None else unroll)
+    unroll = static and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)  # (n % 4 == 2: see above)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
                     "long", 0, static, unroll)  # fmt: skip
 
