@@ -451,12 +451,19 @@ def _long_jobs(add):
         for x, casting, has_weight in cases:
             es = ELEMENT_BYTES[x]
             job(long_plan(op, 4099, 1, 25263, es, 132), 25263, x, casting, has_weight, kernels, "unaligned")
+            if op == "backward" and casting != K.CAST_NONE:  # the one-pass backward (probes), and static below
+                p = long_plan(op, 4099, 1, 25263, es, 132, onepass=True)
+                job(p, 25263, x, casting, has_weight, ("backward_long_onepass",), "unaligned")
             if x == "float32":
                 continue
             aligned, _ALIGNED[0] = _ALIGNED[0], True
             try:
                 if op == "forward":  # aligned rows (22528 elements): plain loads
                     job(long_plan(op, 4099, 1, 22528, es, 132), 22528, x, casting, has_weight, kernels, "aligned")
+                if op == "backward" and casting == K.CAST_LLAMA:
+                    p = long_plan(op, 4099, 1, 25262, es, 132, onepass=True)
+                    assert p.static, p
+                    job(p, 25262, x, casting, has_weight, ("backward_long_onepass",), "static")
                 if op == "forward":  # static layouts, the chunk count compiled in and (llama) at run time
                     for unroll in (True, False) if casting == K.CAST_LLAMA else (True,):
                         p = long_plan(op, 4099, 1, 25262, es, 132, unroll=unroll)

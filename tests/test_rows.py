@@ -40,6 +40,7 @@ def test_signatures_are_the_kernels():
         K.rows_fwd_long,
         K.rows_dot_long,
         K.rows_bwd_long,
+        K.rows_bwd_long_onepass,
         K.rows_fwd_lanes,
         K.rows_bwd_lanes,
     } == {k for k, _ in RL.KERNELS.values()}
@@ -270,6 +271,29 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
 
     def plan_of(*args):
         return long_plan(*args, static=static, unroll=False if "run time" in what else None)
+
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
+
+
+# The one-pass long backward (plan.long_plan(onepass=True); probes only until measured):
+# unaligned rows on runtime layouts, even 16-bit rows on static ones, a 3-D input, more rows
+# than blocks (each block's dW partials stored, then added to).
+ONEPASS_CASES = [((300, 25263), "2-D, odd, rows past the grid"), ((2, 3, 18434), "3-D, even (static)")]
+
+
+@pytest.mark.parametrize("shape,what", ONEPASS_CASES, ids=[c[1] for c in ONEPASS_CASES])
+@pytest.mark.parametrize("dtype,casting", [(torch.bfloat16, "llama"), (torch.float16, "none"),
+                                           (torch.float32, "gemma")], ids=str)  # fmt: skip
+@pytest.mark.parametrize("has_weight,offset", [(True, 1.0), (False, 0.0)], ids=["w+1", "no-w"])
+def test_long_rows_onepass(dev, shape, what, casting, dtype, has_weight, offset, gen):
+    """y, rstd, dx and dw of the long forward and the one-pass long backward against float64."""
+
+    def plan_of(op, a, b, n, es, sms):
+        p = long_plan(op, a, b, n, es, sms, onepass=True)
+        assert p.onepass == (op == "backward") and p.static == (es == 2 and n % 2 == 0)
+        if op == "backward" and a * b > p.grid:
+            assert p.grid == min(a * b, sms * p.occupancy)  # blocks take several rows
+        return p
 
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 

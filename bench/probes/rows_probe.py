@@ -208,7 +208,7 @@ def _loads_label(c):
     runtime layouts ("static": false) is labelled by them."""
     lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + ("-long" if c.get("long") else "")
     static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
-    unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "")
+    unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

@@ -136,7 +136,7 @@ def rows_params(p, dt, m, b, n, strides=None):
 
 def long_params(p, dt, m, n):
     """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
-    (kind "long": the forward, or the backward's row dot and chunks) for C-contiguous (m, 1, n)
+    (kind "long": the forward, or the backward's row dot and chunks, or its one-pass kernel) for C-contiguous (m, 1, n)
     rows, training flags; on runtime layouts aligned rows (16-byte multiples) as the JIT proves
     them, others with no divisibility at all; on static layouts (p.static) as rows_params."""
     from cutile_rms.rmsnorm import kernels as K
@@ -156,7 +156,8 @@ def long_params(p, dt, m, n):
     values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=x, dy=x, dx=x, y=x,
                   w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
                   offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
-    names = ("forward_long",) if p.op == "forward" else ("dot_long", "backward_long")
+    names = ("forward_long",) if p.op == "forward" else ("backward_long_onepass",) if p.onepass else (
+        "dot_long", "backward_long")  # fmt: skip
     hints = {"occupancy": p.occupancy, "num_worker_warps": p.warps}
     return [(name, RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], hints)
             for name in names]  # fmt: skip

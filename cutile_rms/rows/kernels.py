@@ -604,3 +604,47 @@ def rows_bwd_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_in, dx: Ro
         _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N, HAS_WEIGHT, ROUND_XHAT, False, LOADS)
     else:
         _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N, HAS_WEIGHT, ROUND_XHAT, True, LOADS)
+
+
+@ct.function
+def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
+                   ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """dx of chunk j of row (ia, ib), and its dy * xhat added into the block's dW partials
+    (stored over them for the block's first row, ``first``)."""
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
+    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
+    if HAS_WEIGHT:
+        term = ct.reshape(_dw(dyf, xhat, x.dtype, ROUND_XHAT), (1, TILE_N))
+        if first:
+            ct.store(dw_partial, (ct.bid(0), j), term, allow_tma=False)
+        else:
+            prev = ct.load(dw_partial, (ct.bid(0), j), (1, TILE_N), allow_tma=False)
+            ct.store(dw_partial, (ct.bid(0), j), prev + term, allow_tma=False)
+
+
+@row_kernel
+def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector,
+                          offset, chunks, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
+                          LOADS: C_INT):  # fmt: skip
+    """The long-row backward in one kernel (plan.long_plan's ``onepass``; not yet measured, so
+    the rules do not pick it): blocks stride over the rows; a block reduces a row's c =
+    mean(wdy * xhat) over its chunks (x and dy from DRAM), then reads the row's chunks again
+    (from L2, where the row it just read still is) for dx, and adds each chunk's dy * xhat into
+    its own row of the fp32 dW partials ((G, chunks x TILE_N), in L2 too). DRAM sees x and dy
+    once, where rows_dot_long + rows_bwd_long read them twice. Deterministic: fixed rows per
+    block, in order. chunks: N // TILE_N (as for rows_fwd_long)."""
+    n = x.shape[2]
+    b = x.shape[1]
+    for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
+        ia, ib = _tile(t, b)
+        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+        c = _mean(_long_row_dot(x, dy, w, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS) * rstd, n, LOADS)
+        first = t == ct.bid(0)
+        for j in range(chunks):
+            _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, TILE_N, HAS_WEIGHT,
+                           ROUND_XHAT, False, LOADS)  # fmt: skip
+        if chunks * TILE_N < n:
+            _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, chunks, first, offset, TILE_N, HAS_WEIGHT,
+                           ROUND_XHAT, True, LOADS)  # fmt: skip

@@ -39,6 +39,8 @@ LONG_PARAMS = {
     "dot_long": ("x", "dy", "w", "rstd_in", "c_out", "offset", "chunks", "TILE_N", "HAS_WEIGHT", "LOADS"),
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
+    "backward_long_onepass": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "chunks", "TILE_N",
+                              "HAS_WEIGHT", "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
@@ -51,6 +53,7 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "forward_long": (K.rows_fwd_long, LONG_PARAMS["forward_long"]),
            "dot_long": (K.rows_dot_long, LONG_PARAMS["dot_long"]),
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
+           "backward_long_onepass": (K.rows_bwd_long_onepass, LONG_PARAMS["backward_long_onepass"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
 # Kernel objects by (op, static) and hints: runtime layouts (the twins of the row-tile and long-row
@@ -161,19 +164,24 @@ def _reduce_dw(partial, dw, device, stream) -> None:
 def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
                        stream) -> None:  # fmt: skip
     """run_backward of a long-row plan: c per row into an (A, B) fp32 workspace, then the (row
-    groups, chunks) grid, its dW partials ((groups, whole chunks) fp32) summed by dw_reduce."""
+    groups, chunks) grid, its dW partials ((groups, whole chunks) fp32) summed by dw_reduce; or
+    (p.onepass) one kernel with the same partials."""
     has_weight = weight is not None
     a, b, n = x.shape
     chunk = p.widths[0]
     chunks = -(-n // chunk)
-    c = empty_f32((a, b))
     partial = empty_f32((p.grid, chunks * chunk)) if has_weight else None
+    c = None if p.onepass else empty_f32((a, b))
     values = dict(constants(p, casting, has_weight), x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c,
                   c_in=c, dx=dx, dw_partial=partial if has_weight else x, offset=float(offset),
                   chunks=n // chunk)  # fmt: skip
-    dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
-    launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
-    launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],
-           arguments("backward_long", values))  # fmt: skip
+    if p.onepass:
+        op = "backward_long_onepass"
+        launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
+    else:
+        dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
+        launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
+        launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],
+               arguments("backward_long", values))  # fmt: skip
     if has_weight:
         _reduce_dw(partial[:, :n], dw, device, stream)  # its first n columns (rows 16-byte aligned)

@@ -299,6 +299,10 @@ LONG_MIN_BYTES = 24 * 1024
 # -> 126.1 / 125.7); n % 4 == 0: 53908 127.8 / 113.3 -> 172.9 / 128.5, 60172 138.7 / 119.5 ->
 # 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
 LONG_UNROLL_WORD_ELEMS = 4
+# The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan(onepass=True)``; probes
+# only until measured): blocks per SM such that the rows in flight (x and dy) and the blocks' dW
+# partials fit LONG_L2_SHARE of L2, 1 to ONEPASS_MAX_BLOCKS.
+ONEPASS_MAX_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -386,6 +390,7 @@ class RowsPlan:
     lanes: int = 0
     static: bool = False
     unroll: bool = False
+    onepass: bool = False
 
     @property
     def hints(self) -> tuple:
@@ -461,25 +466,33 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
 
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, static: bool = True,
-              unroll: bool | None = None) -> RowsPlan:  # fmt: skip
+              unroll: bool | None = None, onepass: bool = False) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
     caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
-    whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL)."""
+    whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL);
+    onepass: the backward in one kernel (ONEPASS_MAX_BLOCKS), on static layouts where
+    ``static_fit`` holds."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
+    elif onepass:
+        per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
+        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
+        occupancy = occupancy or _prev_pow2(max(1, min(ONEPASS_MAX_BLOCKS, fit)))
+        grid = max(1, min(rows, num_sms * occupancy))
     else:
         occupancy = occupancy or LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
-    static = static and op == "forward" and static_fit(n, elem_size, op)
-    unroll = static and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)  # (n % 4 == 2: see above)
+    onepass = onepass and op == "backward"
+    static = static and (op == "forward" or onepass) and static_fit(n, elem_size, op)
+    unroll = static and op == "forward" and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
-                    "long", 0, static, unroll)  # fmt: skip
+                    "long", 0, static, unroll, onepass)  # fmt: skip
 
 
 def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
@@ -523,7 +536,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
-         chunk: int | None = None, unroll: bool | None = None) -> RowsPlan | None:  # fmt: skip
+         chunk: int | None = None, unroll: bool | None = None,
+         onepass: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -542,9 +556,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
-        return long_plan(
-            op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static, unroll=unroll
-        )
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
+                         unroll=unroll, onepass=onepass)  # fmt: skip
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
@@ -570,9 +583,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
         if not take_long:  # split kernels
             return None
-        return long_plan(
-            op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static, unroll=unroll
-        )
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
+                         unroll=unroll, onepass=onepass)  # fmt: skip
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
