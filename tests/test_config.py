@@ -177,6 +177,18 @@ def test_split_falls_back_where_it_cannot_run():
     assert C.split_count(65536, 8192) == 8 and C.split_count(20000, 8192) == 3
 
 
+def test_split_forward_needs_rows_of_16_element_multiples():
+    """The forward's split plan takes 16-bit rows only of a multiple of SPLIT_VECTOR_ELEMS
+    elements (others loaded 2 bytes at a time ran 1.3-1.6x slower than the default chunked plan:
+    session 23); fp32 rows and the aligned bf16 rows of the same bucket keep it."""
+    default = C.DEFAULT_TABLE["forward"][65536]
+    for n in (34360, 44392, 44391):  # a multiple of 8, not 16; odd (the core's forced modes)
+        p = C.plan_forward(1953, n, 132, elem_size=2, device_key=H200)
+        assert (p.kernel, p.tile_n) == (default.kernel, default.tile_n), n
+    assert C.plan_forward(1953, 34368, 132, elem_size=2, device_key=H200).kernel == "split"
+    assert C.plan_forward(1953, 34360, 132, elem_size=4, device_key=H200).kernel == "split"
+
+
 def test_packed_backward_plans_on_the_h200():
     """16-bit backward rows of 7168-8192 take the shipped packed entries when the caller can
     make word views; otherwise, and for fp32, odd row lengths or the forward, the same tile

@@ -218,15 +218,19 @@ def test_input_matrix(dev):
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     n_max, elems, examples = (262144, 1 << 22, 150) if on_gpu else (4096, 1 << 14, 15)
     stop = time.monotonic() + MATRIX_SECONDS[on_gpu]
-    checked = []
+    checked, failed = [], []
 
     @settings(max_examples=examples, deadline=None, derandomize=False, database=None,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(cases(n_max, elems))
     def run(c):
-        if len(checked) >= MATRIX_MIN_CASES and time.monotonic() > stop:
-            return  # the time budget is spent
-        _check_matrix_case(c, dev, gen)
+        if not failed and len(checked) >= MATRIX_MIN_CASES and time.monotonic() > stop:
+            return  # the time budget is spent (once a case failed, hypothesis's shrinking replays run in full)
+        try:
+            _check_matrix_case(c, dev, gen)
+        except BaseException:
+            failed.append(c)
+            raise
         checked.append(c)
 
     run()

@@ -53,8 +53,8 @@ KERNELS = ("tile", "chunked", "split", "packed")
 # for the row bucket.
 MAX_SPLIT = 16
 # The forward's split kernel runs 16-bit rows only where the JIT proves them a multiple of
-# SPLIT_VECTOR_ELEMS elements; on others (a multiple of 8, not 16: past the row tiles' longest,
-# which only their static layouts load 16 bytes at a time) the bucket's default serves. Session
+# SPLIT_VECTOR_ELEMS elements; on any other (by the rules, rows of a multiple of 8 elements, not
+# 16, past the row tiles' longest; any row under a forced core mode) the bucket's default serves. Session
 # 23 (ab/s23b), H200, graph replay, bf16 / fp16 us, split (3 blocks a row) -> the default (chunked,
 # 4096 a chunk): 1953 x 34360 184.3 / 176.3 -> 115.7 / 112.9, 1511 x 44392 150.9 / 144.4 -> 114.1
 # / 113.2. The backward's split plans were not measured on such rows.

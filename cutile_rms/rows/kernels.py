@@ -25,7 +25,8 @@ longer than one block holds (plan.long_plan) run on the long-row kernels at the 
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
 
-Static row layouts: rows_fwd and rows_bwd take their rows as ``RowArray`` (N and the three
+Static row layouts: rows_fwd, rows_bwd, rows_fwd_long and rows_bwd_long_onepass (``row_kernel``)
+take their rows as ``RowArray`` (N and the three
 strides compile-time constants, cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW
 partials as ``RowVector`` (the last dim constant), so a launch compiles once per row length and
 layout, as torch.compile and Quack do; M stays a runtime value. Knowing the row stride, tileiras
@@ -521,6 +522,14 @@ def _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_B
 
 
 @ct.function
+def _long_row_c(x, dy, w, rstd_in, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
+    """((1, 1, 1) rstd, c = mean(wdy * xhat)) of row (ia, ib)."""
+    rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+    dot = _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N, HAS_WEIGHT, LOADS)
+    return rstd, _mean(dot * rstd, x.shape[2], LOADS)
+
+
+@ct.function
 def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """(1, 1, TILE_N) fp32 squares of chunk j of row (ia, ib)."""
     f = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
@@ -537,8 +546,9 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
     bf16 rows of 8192 in chunks of 2048 on 8 warps: four 16-byte loads a thread in flight; the
     rules' chunks of 4096 at 4 blocks: 63 registers, no stack). chunks: the row's whole chunks,
     N // TILE_N, passed at run time; UNROLL (static layouts only) takes the compile-time N //
-    TILE_N instead, which unrolls both loops whole: faster where it fits the registers, spilled
-    where the loads are 64-bit (plan.LONG_UNROLL_WORD_ELEMS; bench/NOTES.md, session 23)."""
+    TILE_N instead, so that tileiras knows the trip count: 1.13-1.30x faster on rows of 32-bit
+    loads, but on rows of 64-bit loads it unrolled the loops whole and spilled (the rule:
+    plan.LONG_UNROLL_WORD_ELEMS; bench/NOTES.md, session 23)."""
     n = x.shape[2]
     b = x.shape[1]
     full = n // TILE_N if UNROLL else chunks
@@ -558,18 +568,24 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@row_kernel
-def rows_dot_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_out, offset, chunks, TILE_N: C_INT,
-                  HAS_WEIGHT: C_BOOL, LOADS: C_INT):  # fmt: skip
+@ct.kernel
+def rows_dot_long(x, dy, w, rstd_in, c_out, offset, chunks, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
     fp32); blocks stride over the rows. chunks: N // TILE_N (as for rows_fwd_long)."""
-    n = x.shape[2]
     b = x.shape[1]
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        acc = _long_row_dot(x, dy, w, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS)
-        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
-        ct.store(c_out, (ia, ib), ct.reshape(_mean(acc * rstd, n, LOADS), (1, 1)), allow_tma=False)
+        _, c = _long_row_c(x, dy, w, rstd_in, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS)
+        ct.store(c_out, (ia, ib), ct.reshape(c, (1, 1)), allow_tma=False)
+
+
+@ct.function
+def _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    """dx = rstd * (wdy - xhat * c) of chunk j of row (ia, ib), stored; returns (dy, xhat) in fp32."""
+    xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
+    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+    _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
+    return dyf, xhat
 
 
 @ct.function
@@ -584,18 +600,16 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
         ia, ib = _tile(t, b)
         rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
         c = ct.reshape(ct.load(c_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
-        xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
-        dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-        _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
+        dyf, xhat = _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N, CHECK, LOADS)
         if HAS_WEIGHT:
             acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 
 
-@row_kernel
-def rows_bwd_long(x: RowArray, dy: RowArray, w: RowVector, rstd_in, c_in, dx: RowArray, dw_partial: RowVector, offset,
-                  TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
+@ct.kernel
+def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
+                  ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
     writes dx of chunk j of rows g, g + G, ... and their dW into dw_partial[g, chunk j] ((G,
     chunks x TILE_N) fp32, whole chunks: the padded columns, past N, sum to nothing the
@@ -612,9 +626,7 @@ def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, 
     """dx of chunk j of row (ia, ib), and its dy * xhat added into the block's dW partials
     (stored over them for the block's first row, ``first``)."""
     wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
-    xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
-    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-    _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
+    dyf, xhat = _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N, CHECK, LOADS)
     if HAS_WEIGHT:
         term = ct.reshape(_dw(dyf, xhat, x.dtype, ROUND_XHAT), (1, TILE_N))
         if first:
@@ -639,8 +651,7 @@ def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: 
     b = x.shape[1]
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
         ia, ib = _tile(t, b)
-        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
-        c = _mean(_long_row_dot(x, dy, w, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS) * rstd, n, LOADS)
+        rstd, c = _long_row_c(x, dy, w, rstd_in, ia, ib, offset, chunks, TILE_N, HAS_WEIGHT, LOADS)
         first = t == ct.bid(0)
         for j in range(chunks):
             _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, TILE_N, HAS_WEIGHT,

@@ -32,7 +32,8 @@ FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TIL
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
-# The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks.
+# The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks, and
+# the one-pass backward (probes: plan.long_plan's onepass).
 LONG_PARAMS = {
     "forward_long": ("x", "w", "y", "rstd_out", "eps", "offset", "chunks", "TILE_N", "CASTING", "HAS_WEIGHT",
                      "STORE_RSTD", "LOADS", "UNROLL"),
@@ -169,8 +170,8 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     has_weight = weight is not None
     a, b, n = x.shape
     chunk = p.widths[0]
-    chunks = -(-n // chunk)
-    partial = empty_f32((p.grid, chunks * chunk)) if has_weight else None
+    padded = -(-n // chunk)  # chunks, the last one past N included
+    partial = empty_f32((p.grid, padded * chunk)) if has_weight else None
     c = None if p.onepass else empty_f32((a, b))
     values = dict(constants(p, casting, has_weight), x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, c_out=c,
                   c_in=c, dx=dx, dw_partial=partial if has_weight else x, offset=float(offset),
@@ -181,7 +182,7 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     else:
         dot_grid = max(1, min(a * b, device.num_sms * p.occupancy))
         launch(stream, (dot_grid,), _VARIANTS["dot_long", p.static][p.hints], arguments("dot_long", values))
-        launch(stream, (p.grid, chunks), _VARIANTS["backward_long", p.static][p.hints],
+        launch(stream, (p.grid, padded), _VARIANTS["backward_long", p.static][p.hints],
                arguments("backward_long", values))  # fmt: skip
     if has_weight:
         _reduce_dw(partial[:, :n], dw, device, stream)  # its first n columns (rows 16-byte aligned)

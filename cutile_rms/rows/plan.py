@@ -82,7 +82,9 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   tiles take plain loads. The rest run runtime layouts. Rows of a multiple of 8 elements, not
   16, of 2 KB or more (MIN_PIECE_BYTES, as for every 16-bit row that is not a power of two) run
   on them forward (the core kernels before session 22); without static layouts (past
-  rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels.
+  rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels. Past
+  the row tiles only the forward of even unaligned rows takes them (the long-row backward stays
+  on runtime layouts: session 23).
 - 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
   (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
   long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
@@ -90,7 +92,8 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
-  on static layouts, 4 or 8 bytes a load, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
+  on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
+  number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
   (``lanes_plan``).
 
@@ -294,8 +297,8 @@ LONG_MIN_BYTES = 24 * 1024
 # chunks: 832-1488 instructions, no stack); rows of a multiple of 4 elements (64-bit loads) take
 # it at run time, since there tileiras unrolls the loops whole from 6 chunks on and spills at the
 # 128-register cap of 2 blocks (6 of 8 lengths of 6-13 chunks, 8-64 bytes of stack). Session 23
-# (ab/s23c), H200, graph replay, bf16 / fp16 us, run-time count -> compiled in: n % 4 == 2, 10
-# lengths 24326-64450: 1.07-1.30x faster (28566 116.3 / 115.7 -> 89.5 / 88.9, 64450 146.5 / 148.3
+# (ab/s23c), H200, graph replay, bf16 / fp16 us, run-time count -> compiled in: n % 4 == 2, 11
+# lengths 24326-64450: 1.13-1.30x faster (28566 116.3 / 115.7 -> 89.5 / 88.9, 64450 146.5 / 148.3
 # -> 126.1 / 125.7); n % 4 == 0: 53908 127.8 / 113.3 -> 172.9 / 128.5, 60172 138.7 / 119.5 ->
 # 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
 LONG_UNROLL_WORD_ELEMS = 4
