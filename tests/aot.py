@@ -430,16 +430,12 @@ def _long_jobs(add):
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import long_plan
 
-    rstd = arr("float32", 2, last_div=1)
-
     def job(p, n, x, casting, has_weight, names, what):
         width = -(-n // p.widths[0]) * p.widths[0]
-        rows, wa, partial = arr(x, 3), arr(x, 1), arr("float32", 2)
-        if p.static:
-            rows, wa, partial = static_rows(rows, n, (n, n, 1)), static_rows(wa, n), static_rows(partial, width)
-        values = dict(RL.constants(p, casting, has_weight, casting != K.CAST_NONE), x=rows, dy=rows, dx=rows, y=rows,
-                      w=wa if has_weight else rows, rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd,
-                      dw_partial=partial if has_weight else rows, eps=F32, offset=F32, chunks=I32)  # fmt: skip
+        names_2d = ("x", "dy", "dx", "y", "w", "rstd_out", "rstd_in", "dw_partial", "eps", "offset")
+        arrays = _rows_arrays(x, x if has_weight else None, True, names_2d, n=n if p.static else None, width=width)
+        values = dict(RL.constants(p, casting, has_weight, casting != K.CAST_NONE), **arrays, c_out=arrays["rstd_in"],
+                      c_in=arrays["rstd_in"], chunks=I32)  # fmt: skip
         for name in names:
             kernel = RL._VARIANTS[name, p.static][p.hints]
             add(f"rows {name} {x} {what} n={n} cast={casting} w={has_weight} {p}", kernel,

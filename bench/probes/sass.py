@@ -136,9 +136,10 @@ def rows_params(p, dt, m, b, n, strides=None):
 
 def long_params(p, dt, m, n):
     """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
-    (kind "long": the forward, or the backward's row dot and chunks, or its one-pass kernel) for C-contiguous (m, 1, n)
-    rows, training flags; on runtime layouts aligned rows (16-byte multiples) as the JIT proves
-    them, others with no divisibility at all; on static layouts (p.static) as rows_params."""
+    (kind "long": the forward, or the backward's row dot and chunks, or its one-pass kernel) for
+    C-contiguous (m, 1, n) rows, training flags; on runtime layouts aligned rows (16-byte
+    multiples) as the JIT proves them, others with no divisibility at all; on static layouts
+    (p.static) as rows_params."""
     from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 

@@ -478,6 +478,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     ``static_fit`` holds."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
+    onepass = onepass and op == "backward"
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
@@ -491,7 +492,6 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         occupancy = occupancy or LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
-    onepass = onepass and op == "backward"
     static = static and (op == "forward" or onepass) and static_fit(n, elem_size, op)
     unroll = static and op == "forward" and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
