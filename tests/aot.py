@@ -194,7 +194,7 @@ def _key(cfg):
 REP_FWD = C.DEFAULT_TABLE["forward"][4096]
 REP_BWD = C.DEFAULT_TABLE["backward"][4096]
 REP_CHUNK = C.GATHER
-REP_SPLIT = C.split(1, 1024, 1, 8, tma_store=False)
+REP_SPLIT = C.split(1, 1024, 1, 8)
 REP_PACKED = C.packed(1, 4096, 1, 8)
 REP_TAIL = 1024  # a tail beside REP_FWD's and REP_PACKED's 4096-wide tiles
 # Blocks per row the split kernels are compiled for at every planned split config (a table

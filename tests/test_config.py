@@ -173,7 +173,7 @@ def test_split_falls_back_where_it_cannot_run():
         assert (p.kernel, p.tile_n) == (default.kernel, default.tile_n)
     p = C.plan_backward(1024, 65536, 132, elem_size=4, device_key=H200, provides=C.ONLY_ARRAYS)
     assert p.kernel == C.DEFAULT_TABLE["backward"][65536].kernel
-    assert C.fit_to_row(C.split(1, 8192, 2), 6000, "forward") == C.tile(1, 8192, 2)
+    assert C.fit_to_row(C.split(1, 8192, 2), 6000, "forward") == C.tile(1, 8192, 2, tma_store=False)
     assert C.split_count(65536, 8192) == 8 and C.split_count(20000, 8192) == 3
 
 
@@ -257,7 +257,7 @@ def test_row_tile_schedules():
     for bad in (
         dict(kernel="chunked", schedule="per_tile"),
         dict(schedule="claim"),
-        dict(kernel="split", schedule="per_tile"),
+        dict(kernel="split", schedule="per_tile", tma_store=False),
         dict(schedule="x"),
     ):
         with pytest.raises(ValueError, match="schedule"):
@@ -369,6 +369,20 @@ def test_memory_knobs_reach_the_plans(cache_dir):
     assert C.plan_backward(1 << 16, 32768, 132, elem_size=2, device_key=H200).memory == (False, 0)
     with pytest.raises(ValueError, match="tma_store"):
         T.parse({"format": 1, "entries": [dict(old, tma_store="yes")]}, "x")
+
+
+def test_split_configs_store_without_tma():
+    """The split kernels have no TMA store (kernels/split.py: with one, tileiras 13.4 code hung on
+    the H200): split() defaults to plain stores, a split config or table entry asking for TMA
+    stores is refused, and a split entry without the field reads as plain stores."""
+    assert C.split(1, 8192, 2).memory == (False, 0)
+    with pytest.raises(ValueError, match="split kernels store without TMA"):
+        C.split(1, 8192, 2, tma_store=True)
+    entry = {k: v for k, v in _entry("forward", 4, 65536, C.split(1, 8192, 2)).items() if k != "tma_store"}
+    assert C.KernelConfig(*T.parse({"format": 1, "entries": [entry]}, "x")["forward", 4, 65536]).tma_store is False
+    with pytest.raises(ValueError, match="false for split"):
+        T.parse({"format": 1, "entries": [dict(entry, tma_store=True)]}, "x")
+    assert "TMA_STORE" not in S.PARAMS["rms_fwd_split"] + S.PARAMS["rms_bwd_split"]
 
 
 def test_damaged_cache_warns_and_falls_back(cache_dir):

@@ -383,7 +383,7 @@ STARVED = textwrap.dedent(
     stream = gc.Stream()
     g = torch.Generator(device="cuda").manual_seed(7)
     m, n = 24, 131072  # 16 segments of 8192 fp32: 16 partners, one block per SM each
-    cfg = C.split(1, 8192, 1, 8, tma_store=False)
+    cfg = C.split(1, 8192, 1, 8)
     with torch.cuda.stream(stream):
         x = torch.randn((m, n), generator=g, device="cuda")
         dy = torch.randn((m, n), generator=g, device="cuda")

@@ -155,7 +155,7 @@ CONFIG_KINDS = [
     (C.chunked(4, 512, 8, 4), C.chunked(4, 128, 2, 8), C.chunked(2, 512, 1, 8)),
     (C.tile(1, 1024, 2, tma_store=False, latency=1), C.tile(2, 1024, 1, 8, tma_store=False), C.chunked(1, 1024, 1)),
     (C.chunked(1, 256, 2, tma_store=False), C.chunked(2, 256, 1, tma_store=False, latency=2), C.chunked(2, 256, 1)),
-    (C.split(2, 256, 1), C.split(1, 512, 2, 8, tma_store=False), C.chunked(1, 1024, 1)),
+    (C.split(2, 256, 1), C.split(1, 512, 2, 8), C.chunked(1, 1024, 1)),
     (C.split(1, 128, 2, latency=1), C.split(4, 128, 1), C.chunked(1, 1024, 1)),
 ]
 CONFIG_KIND_IDS = ["tile", "chunked-2rows", "chunked-4rows", "tile-no-tma-store", "chunked-no-tma-store", "split",

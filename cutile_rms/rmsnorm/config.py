@@ -117,13 +117,13 @@ class KernelConfig:
     kernel "tile": a row fits one (tile_m, tile_n) tile; "chunked": rows are walked in column
     chunks of tile_n, tile_m rows at a time; "split": each row is shared by cdiv(n, tile_n)
     blocks, each holding a (tile_m, tile_n) segment (MAX_SPLIT above); "packed": "tile" for a
-    backward on 16-bit words (tile_n counts elements). blocks_per_sm sets the
-    grid (SMs x blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint; warps is the
-    num_worker_warps hint (None: the compiler's choice). tma_store=False stores the output row
-    tiles without TMA; latency is the row-tile loads' latency hint (None: none). tail > 0 (a
-    "tile" forward or a "packed" backward): rows of tile_n + tail elements in two tiles (Tails).
-    schedule (a "tile" forward; SCHEDULES above): how blocks take row tiles, "stride" for every
-    other kernel.
+    backward on 16-bit words (tile_n counts elements). blocks_per_sm sets the grid (SMs x
+    blocks_per_sm, trimmed to the work) and is passed to the compiler as the occupancy hint;
+    warps is the num_worker_warps hint (None: the compiler's choice). tma_store=False stores the
+    output row tiles without TMA (always so for "split": ``split()`` defaults to it); latency is
+    the row-tile loads' latency hint (None: none). tail > 0 (a "tile" forward or a "packed"
+    backward): rows of tile_n + tail elements in two tiles (Tails). schedule (a "tile" forward;
+    SCHEDULES above): how blocks take row tiles, "stride" for every other kernel.
     """
 
     kernel: str
@@ -149,6 +149,8 @@ class KernelConfig:
             raise ValueError(f"warps must be one of {WARPS}, got {self.warps}")
         if not isinstance(self.tma_store, bool):
             raise ValueError(f"tma_store must be a bool, got {self.tma_store!r}")
+        if self.kernel == "split" and self.tma_store:
+            raise ValueError("split kernels store without TMA (kernels/split.py): tma_store must be False")
         if self.latency is not None and not (isinstance(self.latency, int) and 1 <= self.latency <= MAX_LATENCY):
             raise ValueError(f"latency must be None or an int in 1..{MAX_LATENCY}, got {self.latency!r}")
         if self.tail and (
@@ -179,7 +181,7 @@ def chunked(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
 
 
 def split(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):
-    return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **knobs)
+    return KernelConfig("split", tile_m, tile_n, blocks_per_sm, warps, **{"tma_store": False, **knobs})
 
 
 def packed(tile_m, tile_n, blocks_per_sm, warps=None, **knobs):

@@ -13,8 +13,13 @@ _BWD_TAIL = ("HAS_WEIGHT", "ROUND_XHAT", "TMA_STORE", "LATENCY")
 _SPLIT = ("SPLIT", "SLOTS_W", "POLLS")
 
 
-def _forward(rstd: bool, workspace: tuple, tiles: tuple) -> tuple:
-    return _FWD_ARRAYS + (("rstd_out",) if rstd else ()) + workspace + ("eps", "offset") + tiles + _FWD_TAIL
+def _plain(tail: tuple) -> tuple:
+    """A tail without TMA_STORE: the split kernels always store without TMA (kernels/split.py)."""
+    return tuple(name for name in tail if name != "TMA_STORE")
+
+
+def _forward(rstd: bool, workspace: tuple, tiles: tuple, tail: tuple = _FWD_TAIL) -> tuple:
+    return _FWD_ARRAYS + (("rstd_out",) if rstd else ()) + workspace + ("eps", "offset") + tiles + tail
 
 
 PARAMS = {
@@ -22,15 +27,15 @@ PARAMS = {
     "rms_fwd_tile_infer": _forward(False, (), ("TILE_M", "TILE_N", "TAIL")),
     "rms_fwd_chunked": _forward(True, (), ("TILE_M", "TILE_N")),
     "rms_fwd_chunked_infer": _forward(False, (), ("TILE_M", "TILE_N")),
-    "rms_fwd_split": _forward(True, ("slots",), ("TILE_M", "TILE_N") + _SPLIT),
-    "rms_fwd_split_infer": _forward(False, ("slots",), ("TILE_M", "TILE_N") + _SPLIT),
+    "rms_fwd_split": _forward(True, ("slots",), ("TILE_M", "TILE_N") + _SPLIT, _plain(_FWD_TAIL)),
+    "rms_fwd_split_infer": _forward(False, ("slots",), ("TILE_M", "TILE_N") + _SPLIT, _plain(_FWD_TAIL)),
     "rms_bwd_tile": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_M", "TILE_N") + _BWD_TAIL,
     "rms_bwd_row_dot": ("x", "dy", "w", "rstd_in", "c_out", "offset", "TILE_M", "TILE_N", "HAS_WEIGHT"),
     "rms_bwd_chunked": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_M", "TILE_N")
     + _BWD_TAIL,
     "rms_bwd_split": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "slots", "offset", "TILE_M", "TILE_N")
     + _SPLIT
-    + _BWD_TAIL,
+    + _plain(_BWD_TAIL),
     "rms_bwd_packed": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_M", "TILE_W", "TAIL_W", "HALF")
     + _BWD_TAIL,
     "dw_reduce": ("dw_partial", "dw", "TILE_G", "TILE_N"),

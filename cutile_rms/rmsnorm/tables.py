@@ -41,8 +41,9 @@ CACHE_DIR = Path(
 # "bucket" is a power of two (the row bucket): an entry for an exact row length is rejected, so
 # that a held-out length is planned as the tuned ones are (config.fit_to_row adapts buckets).
 # Required entry fields; optional ones: "warps" (null: the compiler's choice), "tma_store" (default
-# true), "latency" (null: no hint), "tail" (default 0; config.py, Tails) and "schedule" (default
-# "stride"; config.SCHEDULES). Tables written before the optional ones existed stay valid.
+# true; false for a split entry, which must not be true: kernels/split.py), "latency" (null: no
+# hint), "tail" (default 0; config.py, Tails) and "schedule" (default "stride"; config.SCHEDULES).
+# Tables written before the optional ones existed stay valid.
 _FIELDS = ("kernel", "tile_m", "tile_n", "blocks_per_sm")
 
 # device key -> {(op, elem_size, bucket): (kernel, tile_m, tile_n, blocks_per_sm)}. One entry per
@@ -84,17 +85,17 @@ def parse(doc: dict, source: str) -> dict:
         raise ValueError(f"{source}: unknown tuning table format {doc.get('format')!r}")
     out = {}
     for e in doc["entries"]:
-        warps, latency, tma_store = e.get("warps"), e.get("latency"), e.get("tma_store", True)
+        kernel, blocks = str(e["kernel"]), int(e["blocks_per_sm"])
+        warps, latency, tma_store = e.get("warps"), e.get("latency"), e.get("tma_store", kernel != "split")
         schedule = e.get("schedule", "stride")
         if schedule == "claim":  # removed in session 12 (config.SCHEDULES): such entries stride
             schedule = "stride"
-        if not isinstance(tma_store, bool):
-            raise ValueError(f"{source}: tma_store must be true or false, got {tma_store!r}")
+        if not isinstance(tma_store, bool) or (kernel == "split" and tma_store):
+            raise ValueError(f"{source}: tma_store must be true or false (false for split), got {tma_store!r}")
         if not isinstance(schedule, str) or (schedule != "stride" and not e["op"].startswith("forward")):
             raise ValueError(f"{source}: schedule must be a string, and stride for a backward, got {schedule!r}")
         if int(e["bucket"]) < 1 or int(e["bucket"]) & (int(e["bucket"]) - 1):
             raise ValueError(f"{source}: bucket must be a power of two (no exact row lengths), got {e['bucket']!r}")
-        kernel, blocks = str(e["kernel"]), int(e["blocks_per_sm"])
         if kernel == "row":  # removed in session 12 (config.KERNELS): its tile fallback
             if not e["op"].startswith("forward"):
                 raise ValueError(f"{source}: the row kernel is a forward, not a {e['op']!r} entry")

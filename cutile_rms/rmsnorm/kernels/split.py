@@ -49,6 +49,14 @@ SPIN_LIMIT = 256
 PUT_ASIDE = 1 << 33
 FALLBACK_N = 512
 
+# The split kernels store without TMA (no TMA_STORE constant, unlike the other kinds). With TMA
+# stores under the data-dependent "all partners published" branch, tileiras 13.4 code never
+# finished on the H200 at occupancy hints of 2 or more, even with POLLS = 1 (no inter-block
+# wait at all) and grids of 4 groups that were all resident: forward SPLIT 2, 4 and 8 at
+# occupancy 2 and 4, backward SPLIT 8 at occupancy 2 (1000-wide rows in 128-512 segments); the
+# same configs with plain stores, or at occupancy 1, ran in 2-8 s including their compile
+# (bench/NOTES.md, session 24). Every shipped split entry stored without TMA already.
+
 
 @ct.function
 def _slot_rows(i, TILE_M: ct.Constant[int]):
@@ -144,7 +152,6 @@ def _fwd_split_rows(
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     STORE_RSTD: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Forward with each row split across SPLIT blocks (N <= SPLIT x TILE_N).
@@ -170,7 +177,7 @@ def _fwd_split_rows(
         got, complete = _published(slots, i, limit, SPLIT, SLOTS_W, TILE_M)
         if complete:
             rstd = ct.rsqrt(_slot_sum(got, SLOTS_W, TILE_M) / n + eps)
-            _store_tile(y, i, s, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), TMA_STORE, True)
+            _store_tile(y, i, s, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), False, True)
             if STORE_RSTD:  # noqa: SIM102 (a compile-time flag, then a runtime test)
                 if s == 0:
                     ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
@@ -211,12 +218,11 @@ def rms_fwd_split(
     POLLS: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Split-row forward that stores rstd (see _fwd_split_rows)."""
     _fwd_split_rows(x, w, y, rstd_out, slots, eps, offset, TILE_M, TILE_N, SPLIT, SLOTS_W, POLLS, CASTING, HAS_WEIGHT,
-                    True, TMA_STORE, LATENCY)  # fmt: skip
+                    True, LATENCY)  # fmt: skip
 
 
 @ct.kernel
@@ -234,12 +240,11 @@ def rms_fwd_split_infer(
     POLLS: ct.Constant[int],
     CASTING: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Split-row forward without rstd (inference)."""
     _fwd_split_rows(x, w, y, y, slots, eps, offset, TILE_M, TILE_N, SPLIT, SLOTS_W, POLLS, CASTING, HAS_WEIGHT,
-                    False, TMA_STORE, LATENCY)  # fmt: skip
+                    False, LATENCY)  # fmt: skip
 
 
 @ct.function
@@ -265,7 +270,6 @@ def rms_bwd_split(
     POLLS: ct.Constant[int],
     HAS_WEIGHT: ct.Constant[bool],
     ROUND_XHAT: ct.Constant[bool],
-    TMA_STORE: ct.Constant[bool],
     LATENCY: ct.Constant[int],
 ):
     """Backward with each row split across SPLIT blocks (see _fwd_split_rows for the layout).
@@ -295,7 +299,7 @@ def rms_bwd_split(
         got, complete = _published(slots, i, limit, SPLIT, SLOTS_W, TILE_M)
         if complete:
             c = _slot_sum(got, SLOTS_W, TILE_M) / n
-            _store_tile(dx, i, s, ct.astype((wdy - xhat * c) * rstd, dx.dtype), TMA_STORE, True)
+            _store_tile(dx, i, s, ct.astype((wdy - xhat * c) * rstd, dx.dtype), False, True)
         else:  # a partner has not run (POLLS): finished after the loop
             _put_aside(slots, i, s, TILE_M)
             put_aside += 1
