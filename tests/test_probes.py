@@ -67,3 +67,22 @@ def test_ncu_summary_of_a_raw_report(tmp_path):
     assert line.startswith("| ours|fwd | rows_fwd | 70.5 |")  # 70,500 ns in us
     assert "| 70.5 |" in line and "| 112.0 |" in line and "| 24 |" in line and "| 512 |" in line
     assert line.rstrip(" |").endswith("long_scoreboard 6.0, barrier 2.5")
+
+
+@pytest.mark.compile
+def test_tma_branch_reproducer_compiles(monkeypatch):
+    """The hang reproducer (bench/probes/tma_branch_hang.py) compiles in both forms: a TMA store
+    where allowed, a plain one where not."""
+    pytest.importorskip("cuda.tile.compilation")
+    from bench.probes import sass
+    from bench.probes.tma_branch_hang import M, N, TILE_N, branch_store
+
+    try:
+        sass._tool("cuobjdump")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    rows, flags = sass.array(sass.ct.bfloat16, (M, N)), sass.array(sass.ct.int64, (M, 8))
+    for tma in (True, False):
+        r = sass.compile_report(branch_store, [rows, rows, flags, TILE_N, 8, tma], occupancy=2)
+        assert (r["ops"].get("UTMASTG.2D", 0) > 0) == tma and r["ops"].get("ATOMG.ADD.64", 0) > 0
