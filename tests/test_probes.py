@@ -75,7 +75,7 @@ def test_tma_branch_reproducer_compiles(monkeypatch):
     where allowed, a plain one where not."""
     pytest.importorskip("cuda.tile.compilation")
     from bench.probes import sass
-    from bench.probes.tma_branch_hang import M, N, TILE_N, branch_store
+    from bench.probes.tma_branch_hang import TILE_N, M, N, branch_store
 
     try:
         sass._tool("cuobjdump")
