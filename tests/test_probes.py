@@ -20,9 +20,9 @@ def test_sass_tool_constraints():
     assert b.shape_constant == (1, None) and b.shape_divisible_by == (1, 1) and b.stride_divisible_by == (1, 1)
 
 
-@pytest.mark.compile
-def test_sass_report_of_a_row_tile_kernel(monkeypatch):
-    """An aligned bf16 row compiles to 128-bit loads and stores (bench/NOTES.md, session 11)."""
+@pytest.fixture
+def sass(monkeypatch):
+    """bench/probes/sass.py with real compiles (no disk cache); skipped without cuobjdump."""
     pytest.importorskip("cuda.tile.compilation")
     from bench.probes import sass
 
@@ -31,6 +31,12 @@ def test_sass_report_of_a_row_tile_kernel(monkeypatch):
     except FileNotFoundError as e:
         pytest.skip(str(e))
     monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    return sass
+
+
+@pytest.mark.compile
+def test_sass_report_of_a_row_tile_kernel(sass):
+    """An aligned bf16 row compiles to 128-bit loads and stores (bench/NOTES.md, session 11)."""
     _, kernel, params, hints = sass._rows_case("test", "forward", sass.ct.bfloat16, 16384, 4096)
     r = sass.compile_report(kernel, params, **hints)
     assert r["ops"].get("LDG.128", 0) > 0 and r["ops"].get("STG.128", 0) > 0 and r.get("LOCAL", 0) == 0
@@ -70,18 +76,11 @@ def test_ncu_summary_of_a_raw_report(tmp_path):
 
 
 @pytest.mark.compile
-def test_tma_branch_reproducer_compiles(monkeypatch):
+def test_tma_branch_reproducer_compiles(sass):
     """The hang reproducer (bench/probes/tma_branch_hang.py) compiles in both forms: a TMA store
     where allowed, a plain one where not."""
-    pytest.importorskip("cuda.tile.compilation")
-    from bench.probes import sass
     from bench.probes.tma_branch_hang import TILE_N, M, N, branch_store
 
-    try:
-        sass._tool("cuobjdump")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
     rows, flags = sass.array(sass.ct.bfloat16, (M, N)), sass.array(sass.ct.int64, (M, 8))
     for tma in (True, False):
         r = sass.compile_report(branch_store, [rows, rows, flags, TILE_N, 8, tma], occupancy=2)
