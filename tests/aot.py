@@ -509,7 +509,21 @@ def jobs(arch: str = "sm_90") -> list:
     fused_jobs(add)
     _rows_jobs(add)
     _fp8_jobs(add)
+    _int64_jobs(add, list(out.values()))
     return list(out.values())
+
+
+INT64_KERNELS = ("rms_fwd_tile", "rms_bwd_tile", "rms_bwd_chunked", "rows_fwd", "rows_bwd")
+
+
+def _int64_jobs(add, planned):
+    """A tensor past 2^31 elements: the JIT indexes its arrays with int64. The first job of each
+    INT64_KERNELS with every array so indexed (their parameter buffers hold int64 shapes and
+    strides: cutile_rms._abi)."""
+    for name in INT64_KERNELS:
+        label, kernel, params = next(job for job in planned if job[1]._pyfunc.__name__ == name)
+        wide = [dataclasses.replace(p, index_dtype=ct.int64) if isinstance(p, ArrayConstraint) else p for p in params]
+        add(f"int64 index: {label}", kernel, wide)
 
 
 FUSED_STREAMS = (("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32"), ("bfloat16", "float32"))
@@ -560,11 +574,51 @@ def fused_jobs(add):
                 )
 
 
+def _signature_key(kernel, params) -> tuple:
+    """What decides a kernel's parameter buffer: its name and its runtime parameters' kinds."""
+
+    def kind(p):
+        if isinstance(p, ArrayConstraint):
+            return "array", p.ndim, str(p.index_dtype)
+        return "scalar", str(p.dtype)
+
+    return kernel._pyfunc.__name__, tuple(kind(p) for p in params if isinstance(p, ArrayConstraint | ScalarConstraint))
+
+
+@functools.lru_cache(maxsize=4)
+def layout_jobs(arch: str = "sm_90") -> frozenset:
+    """The first job of each distinct _signature_key: their cubins' parameter tables are checked
+    against cutile_rms._abi (the rest share a representative's buffer layout)."""
+    first = {}
+    for i, (_, kernel, params) in enumerate(jobs(arch)):
+        first.setdefault(_signature_key(kernel, params), i)
+    return frozenset(first.values())
+
+
+def cubin_parameters(cubin: bytes) -> list:
+    """[(offset, size)] of a cubin's kernel parameters in ordinal order (cuobjdump -elf, the
+    EIATTR_KPARAM_INFO entries)."""
+    import re
+    import subprocess
+    import tempfile
+
+    from bench.probes.sass import _tool
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        elf = subprocess.run([_tool("cuobjdump"), "-elf", f.name], capture_output=True, text=True, check=True).stdout
+    table = re.findall(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)", elf)
+    return [(int(off, 16), int(size, 16)) for _, off, size in sorted(table, key=lambda t: int(t[0], 16))]
+
+
 def _compile_one(args):
     index, arch = args
     label, kernel, params = jobs(arch)[index]
     sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v2())
     import io
+
+    from cutile_rms import _abi
 
     buf = io.BytesIO()
     try:
@@ -573,6 +627,11 @@ def _compile_one(args):
         return f"{arch} {label}: {type(e).__name__}: {str(e)[:2000]}"
     if len(buf.getvalue()) == 0:
         return f"{arch} {label}: empty cubin"
+    if index in layout_jobs(arch):
+        ours = [(s.offset, s.size) for s in _abi.parameter_layout(params)]
+        theirs = cubin_parameters(buf.getvalue())
+        if ours != theirs:
+            return f"{arch} {label}: parameter layout {ours} but the cubin's is {theirs}"
     return None
 
 

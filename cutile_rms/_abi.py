@@ -1,0 +1,74 @@
+"""The kernel parameter buffer of cuTile's calling convention ``cutile_python_v2``.
+
+What a launcher of our own (issue 21) writes for ``cuLaunchKernel``, spelled from the convention
+that ``cuda.tile.compilation`` documents: compile-time constants take no space; an array is its
+data pointer (8 bytes), then its shape, then its strides in elements, one int32 each (int64 for
+an array indexed with int64), whatever the constraint proves constant; an int or bool scalar is
+an int32, a float scalar a float32; every value naturally aligned, in parameter order. The
+compile tier checks this against the parameter table of every distinct signature's cubin
+(tests/aot.py). Not yet used by a launch path.
+"""
+
+import struct
+from typing import NamedTuple
+
+from cuda.tile import float16, float32, float64, int64
+from cuda.tile.compilation import ArrayConstraint, ScalarConstraint
+
+__all__ = ["Slot", "buffer_size", "pack", "parameter_layout"]
+
+
+class Slot(NamedTuple):
+    """One value of the parameter buffer: its byte offset, size and struct format."""
+
+    offset: int
+    size: int
+    fmt: str
+
+
+_POINTER = "Q"
+
+
+def _scalar_format(dtype) -> str:
+    if dtype in (float32, float16):
+        return "f"
+    if dtype == float64:
+        return "d"
+    return "q" if dtype == int64 else "i"
+
+
+def parameter_layout(params) -> tuple:
+    """The Slots of a kernel signature's runtime values, in order: for each ArrayConstraint a
+    pointer and 2 x ndim index values, for each ScalarConstraint one value; anything else (a
+    compile-time constant) takes none."""
+    formats = []
+    for p in params:
+        if isinstance(p, ArrayConstraint):
+            index = "q" if p.index_dtype == int64 else "i"
+            formats += [_POINTER] + [index] * (2 * p.ndim)
+        elif isinstance(p, ScalarConstraint):
+            formats.append(_scalar_format(p.dtype))
+    slots, offset = [], 0
+    for fmt in formats:
+        size = struct.calcsize(fmt)
+        offset = -(-offset // size) * size  # natural alignment
+        slots.append(Slot(offset, size, fmt))
+        offset += size
+    return tuple(slots)
+
+
+def buffer_size(layout) -> int:
+    """Bytes of the parameter buffer (8-byte multiple)."""
+    end = max((s.offset + s.size for s in layout), default=0)
+    return -(-end // 8) * 8
+
+
+def pack(layout, values) -> bytes:
+    """The parameter buffer of ``values``, one per slot (pointers and index values as ints,
+    bools as ints, floats as floats)."""
+    if len(values) != len(layout):
+        raise ValueError(f"{len(values)} values for {len(layout)} parameter slots")
+    buf = bytearray(buffer_size(layout))
+    for slot, value in zip(layout, values, strict=True):
+        struct.pack_into("<" + slot.fmt, buf, slot.offset, int(value) if slot.fmt in "iqQ" else float(value))
+    return bytes(buf)
