@@ -12,7 +12,7 @@ compile tier checks this against the parameter table of every distinct signature
 import struct
 from typing import NamedTuple
 
-from cuda.tile import float16, float32, float64, int64
+from cuda.tile import bool_, float32, int32, int64
 from cuda.tile.compilation import ArrayConstraint, ScalarConstraint
 
 __all__ = ["Slot", "buffer_size", "pack", "parameter_layout"]
@@ -29,12 +29,14 @@ class Slot(NamedTuple):
 _POINTER = "Q"
 
 
+# Scalar types the convention spells (int64 for a scalar annotated so); no kernel takes others.
+_SCALARS = {bool_: "i", int32: "i", int64: "q", float32: "f"}
+
+
 def _scalar_format(dtype) -> str:
-    if dtype in (float32, float16):
-        return "f"
-    if dtype == float64:
-        return "d"
-    return "q" if dtype == int64 else "i"
+    if dtype not in _SCALARS:
+        raise ValueError(f"no parameter layout for a {dtype} scalar (the convention spells int32, int64 and float32)")
+    return _SCALARS[dtype]
 
 
 def parameter_layout(params) -> tuple:

@@ -599,15 +599,10 @@ def cubin_parameters(cubin: bytes) -> list:
     """[(offset, size)] of a cubin's kernel parameters in ordinal order (cuobjdump -elf, the
     EIATTR_KPARAM_INFO entries)."""
     import re
-    import subprocess
-    import tempfile
 
-    from bench.probes.sass import _tool
+    from bench.probes.sass import cuobjdump
 
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        elf = subprocess.run([_tool("cuobjdump"), "-elf", f.name], capture_output=True, text=True, check=True).stdout
+    elf = cuobjdump(cubin, "-elf")
     table = re.findall(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)", elf)
     return [(int(off, 16), int(size, 16)) for _, off, size in sorted(table, key=lambda t: int(t[0], 16))]
 

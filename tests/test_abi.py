@@ -30,6 +30,8 @@ def test_layout_follows_the_documented_convention():
         (104, 4),  # an int32 scalar
     ]  # fmt: skip
     assert _abi.buffer_size(layout) == 112
+    with pytest.raises(ValueError, match="float64 scalar"):
+        _abi.parameter_layout([ScalarConstraint(ct.float64)])
 
 
 def test_pack_writes_each_value_at_its_slot():

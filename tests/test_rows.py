@@ -275,7 +275,7 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
-# The one-pass long backward (plan.long_plan(onepass=True); probes only until measured):
+# The one-pass long backward (plan.long_plan(onepass=True); probes only, bench/NOTES.md session 24):
 # unaligned rows on runtime layouts, even 16-bit rows on static ones, a 3-D input, more rows
 # than blocks (each block's dW partials stored, then added to).
 ONEPASS_CASES = [((300, 25263), "2-D, odd"), ((3, 100, 18434), "3-D, even (static)")]

@@ -73,17 +73,21 @@ def _tool(name):
 _MEM = re.compile(r"\b(LDG|STG|LDS|STS|LDL|STL|UTMALDG|UTMASTG|UBLKCP|REDG|ATOMG|LDGSTS)(\.[A-Z0-9_.]+)?")
 
 
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """cuobjdump's text for a cubin held in memory (flag: -sass, -res-usage, -elf, ...)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_tool("cuobjdump"), flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
 def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
     """Compile kernel (hints: replace_hints keywords) for params; return its resource report."""
     k = kernel.replace_hints(**hints) if hints else kernel
     buf = io.BytesIO()
     sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v2())
     export_kernel(k, [sig], buf, gpu_code=arch, output_format="cubin")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        res = subprocess.run([_tool("cuobjdump"), "-res-usage", f.name], capture_output=True, text=True).stdout
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", f.name], capture_output=True, text=True).stdout
+    res, sass = cuobjdump(buf.getvalue(), "-res-usage"), cuobjdump(buf.getvalue(), "-sass")
     out = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", res)}
     ops = collections.Counter()
     for line in sass.splitlines():

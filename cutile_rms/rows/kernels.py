@@ -640,8 +640,9 @@ def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, 
 def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector,
                           offset, chunks, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
                           LOADS: C_INT):  # fmt: skip
-    """The long-row backward in one kernel (plan.long_plan's ``onepass``; not yet measured, so
-    the rules do not pick it): blocks stride over the rows; a block reduces a row's c =
+    """The long-row backward in one kernel (plan.long_plan's ``onepass``; the rules do not pick
+    it: 1.4-2.2x slower than the two-kernel backward at one block an SM, faster only at 2,
+    bench/NOTES.md, session 24): blocks stride over the rows; a block reduces a row's c =
     mean(wdy * xhat) over its chunks (x and dy from DRAM), then reads the row's chunks again
     (from L2, where the row it just read still is) for dx, and adds each chunk's dy * xhat into
     its own row of the fp32 dW partials ((G, chunks x TILE_N), in L2 too). DRAM sees x and dy

@@ -303,8 +303,11 @@ LONG_MIN_BYTES = 24 * 1024
 # 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
 LONG_UNROLL_WORD_ELEMS = 4
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan(onepass=True)``; probes
-# only until measured): blocks per SM such that the rows in flight (x and dy) and the blocks' dW
-# partials fit LONG_L2_SHARE of L2, 1 to ONEPASS_MAX_BLOCKS.
+# only): blocks per SM such that the rows in flight (x and dy) and the blocks' dW partials fit
+# LONG_L2_SHARE of L2, 1 to ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us,
+# two-kernel -> one-pass: at the 1 block an SM this gives from 18803 on, 1.4-2.2x slower (bf16
+# 21630 262.3 -> 400.5, fp32 21630 399.6 -> 891.2); at 2 (10812) faster, bf16 264.9 -> 228.4, fp16
+# 352.4 -> 225.7. So the rules keep the two-kernel backward.
 ONEPASS_MAX_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
