@@ -405,27 +405,36 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
 
 
 def test_static_fit():
-    """Static layouts for 16-bit rows of an even length not a multiple of 16, of at least 1 KB
-    forward and 2 KB backward (the short rows of many-row tiles lost, bench/NOTES.md, session 21).
-    Rows of a multiple of 8 elements, not 16, take the row tiles forward only on them (session 22);
-    the default backward leaves them to the core, mode="rows" runs them static."""
+    """Static layouts for rows of an even length not a multiple of 16: 16-bit rows whose start is
+    8-byte aligned (4 | N) at any length, the others of at least 1 KB forward and 2 KB backward
+    (short rows of 4-byte aligned starts lost, bench/NOTES.md, sessions 21 and 25); fp32 rows of
+    up to 1024 elements forward, 511 backward (session 25). Short static rows take one padded
+    piece (plan.STATIC_SHORT); the default backward takes 16-bit rows of a multiple of 8, not 16,
+    elements where the static tiles hold 16 warps an SM (session 22) or more (session 25)."""
     assert static_fit(610, 2) and static_fit(1098, 2, "backward")
     assert static_fit(1144, 2) and static_fit(3000, 2, "backward") and static_fit(13288, 2)  # 8 | N, not 16
-    assert not static_fit(510, 2) and not static_fit(610, 2, "backward")  # under 1 KB / 2 KB
-    assert not static_fit(504, 2) and not static_fit(1000, 2, "backward")  # 8 | N, under 1 KB / 2 KB
-    assert not static_fit(1099, 2) and not static_fit(1104, 2) and not static_fit(1098, 4)  # odd, aligned, fp32
-    assert not static_fit(3000, 4)
+    assert not static_fit(510, 2) and not static_fit(610, 2, "backward")  # 4-byte starts, under 1 KB / 2 KB
+    assert static_fit(504, 2) and static_fit(1000, 2, "backward") and static_fit(292, 2, "backward")  # 4 | N
+    assert not static_fit(1099, 2) and not static_fit(1104, 2) and not static_fit(1097, 4)  # odd, 16 | N, odd
+    assert static_fit(292, 4) and static_fit(1022, 4) and static_fit(510, 4, "backward")  # fp32, short
+    assert not static_fit(1098, 4) and not static_fit(518, 4, "backward") and not static_fit(3000, 4)
     assert plan("forward", 99, 1, 610, 2, SMS).static and not plan("backward", 99, 1, 610, 2, SMS).static
     for op in OPS:
         assert plan(op, 99, 1, 3000, 2, SMS).static
         assert plan(op, 99, 1, 3000, 2, SMS, static=False) is None  # runtime layouts: the core kernels
-    assert plan("forward", 99, 1, 504, 2, SMS) is None and plan("forward", 99, 1, 3000, 4, SMS).static is False
-    assert plan("forward", 99, 1, 856, 2, SMS) is None  # under 2 KB and not a power of two: the core (s22b)
+        for n, es, width in ((292, 2, 512), (856, 2, 1024), (88, 2, 128), (292, 4, 512)):
+            p = plan(op, 99, 1, n, es, SMS)  # one padded piece
+            assert p.static and p.kind == "tile" and p.widths == (width, 0, 0), (op, n, es, p)
+    assert plan("forward", 99, 1, 3000, 4, SMS).static is False and plan("forward", 99, 1, 518, 4, SMS).static
+    assert plan("forward", 99, 1, 856, 2, SMS, static=False) is None  # under 2 KB, not a power of two: the core
     assert plan("forward", 99, 1, 1128, 2, SMS).static  # 2 KB and more: static row tiles
+    # the backward's short static tiles: IN_FLIGHT_BYTES of x and dy at 8 blocks an SM
+    b = plan("backward", 99999, 1, 292, 2, SMS)
+    assert (b.tile_a, b.occupancy, b.warps) == (4, 8, 4) and plan("backward", 99999, 1, 292, 4, SMS).tile_a == 2
     # the default backward: where the static tiles hold 16 warps an SM (1128, 2056, 5000 won), not 8 (3000, 1736)
-    assert all(backward_by_default(n, 2) for n in (1128, 1208, 2056, 4104, 5000))
-    assert not any(backward_by_default(n, 2) for n in (1000, 1736, 2728, 3000, 6152, 7592, 3000 * 2 + 8))
-    assert not backward_by_default(1128, 4) and not backward_by_default(4096 + 16, 2)
+    assert all(backward_by_default(n, 2) for n in (1128, 1208, 2056, 4104, 5000, 856, 88, 1000))
+    assert not any(backward_by_default(n, 2) for n in (1736, 2728, 3000, 6152, 7592, 3000 * 2 + 8))
+    assert backward_by_default(292, 4) and not backward_by_default(1128, 4) and not backward_by_default(4096 + 16, 2)
 
 
 def test_static_layouts_are_bounded(monkeypatch):
@@ -511,7 +520,8 @@ def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
 
 def test_default_forward_is_the_row_tile_forward(monkeypatch):
     """mode None: the row-tile forward where the rules plan the row, the core backward; a row the
-    rules leave (16-bit, not a multiple of 16 long) and a forced core mode run the core forward."""
+    rules leave (16-bit, a multiple of 16 elements under 2 KB, not a power of two) and a forced core
+    mode run the core forward."""
     from cutile_rms.rmsnorm import torch_impl
 
     calls = []
@@ -525,7 +535,7 @@ def test_default_forward_is_the_row_tile_forward(monkeypatch):
         rms_norm(x, None, EPS).sum().backward()
         assert calls == ["rows_run_forward", "run_backward"]
         calls.clear()
-        rms_norm_forward(torch.randn(3, 40, dtype=torch.bfloat16), None, EPS)
+        rms_norm_forward(torch.randn(3, 96, dtype=torch.bfloat16), None, EPS)
         rms_norm_forward(torch.randn(3, 256), None, EPS, mode="persistent")
         assert calls == ["run_forward", "run_forward"]
 
@@ -580,53 +590,57 @@ def test_unaligned_rows_take_the_row_tiles():
         assert len(plans) == 1 and None not in plans, (n, es, plans)
         if n <= 8192:
             assert plan("backward", 9, 1, n, es, SMS) is not None, (n, es)
-    assert plan("forward", 9, 1, 133, 4, SMS).widths == (256, 0, 0)
+    assert plan("forward", 9, 1, 133, 4, SMS, lanes=False).widths == (256, 0, 0)
     # the row tiles (lanes=False: fused add, FP8, probes): 16-bit rows as two pieces, as measured
     assert {plan(op, 9, 1, 74, 2, SMS, lanes=False).widths for op in OPS} == {(64, 32, 0)}
     assert plan("forward", 9, 1, 133, 2, SMS, lanes=False).widths == (128, 32, 0)
     assert plan("forward", 9, 1, 510, 2, SMS, static=False).loads == K.LOADS_GATHER  # several rows a tile
     assert plan("forward", 9, 1, 511, 2, SMS).loads == K.LOADS_GATHER  # odd: runtime layouts
     assert plan("forward", 9, 1, 1098, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
-    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # under 1 KB: runtime layouts (static_fit)
+    assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # 4-byte starts under 1 KB: runtime layouts
+    assert plan("forward", 9, 1, 300, 2, SMS).loads == K.LOADS_PLAIN  # 4 | N: static, plain (plan.STATIC_SHORT)
+    assert plan("forward", 9, 1, 671, 2, SMS).widths == (1024, 0, 0)  # gathered short rows: one piece forward
+    assert plan("backward", 9, 1, 671, 2, SMS).widths == (512, 256, 0)  # backward: two
     assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
     assert plan("forward", 9, 1, 2265, 2, SMS).loads == K.LOADS_GATHER  # 16-bit one-row tiles: the last piece
     assert plan("forward", 9, 1, 2265, 4, SMS).loads == K.LOADS_PLAIN  # fp32 one-row tiles: plain loads
     assert plan("forward", 9, 1, 512, 2, SMS).loads == K.LOADS_PLAIN
     for n, es in ((40, 2), (96, 2), (292, 4), (4096, 2)):
         assert not unaligned(n, es), (n, es)
-    assert plan("forward", 9, 1, 40, 2, SMS) is None  # 80 bytes: a multiple of 16, left to the core
+    assert plan("forward", 9, 1, 48, 2, SMS) is None  # 96 bytes, 16 | N, not a power of two: left to the core
+    assert plan("forward", 9, 1, 40, 2, SMS).static  # 8 | N, not 16: static row tiles (plan.STATIC_SHORT)
 
 
 def test_short_unaligned_rows_take_the_lanes_kernels():
-    """Unaligned rows padded to 128 elements .. 512 bytes run on the lanes kernels, forward and
-    backward: W / 16 lanes of 16 elements a row, 4096 (forward) or 2048 (backward) elements a
-    tile, 4 blocks of 4 warps per SM, the same tile whatever A (batch invariance); the backward
-    also rows padded to 2 KB and at most 512 elements (32 lanes, one warp), unless the row tiles'
-    pieces pad less than W / 1.4; not longer or aligned rows, not where a keyword overrides the
-    rules or a caller says lanes=False."""
+    """Unaligned rows padded to 128 .. 256 elements run on the lanes kernels forward, and padded to
+    128 elements .. 512 bytes backward: W / 16 lanes of 16 elements a row, 2048 elements a tile,
+    8 (forward) or 4 (backward) blocks of 4 warps per SM, the same tile whatever A (batch
+    invariance); the backward also rows padded to 2 KB and at most 512 elements (32 lanes, one
+    warp), unless the row tiles' pieces pad less than W / 1.4; not longer or aligned rows, not
+    where a keyword overrides the rules or a caller says lanes=False."""
     both = ("forward", "backward")
     for n, es, w, lanes, ops in ((65, 2, 128, 8, both), (81, 2, 128, 8, both), (191, 2, 256, 16, both),
                                  (255, 2, 256, 16, both), (81, 4, 128, 8, both), (127, 4, 128, 8, both),
                                  (510, 2, 512, 32, ("backward",)), (338, 2, 512, 32, ("backward",)),
-                                 (133, 4, 256, 16, ("backward",)), (255, 4, 256, 16, ("backward",)),
+                                 (133, 4, 256, 16, both), (255, 4, 256, 16, both),
                                  (257, 4, 512, 32, ("backward",)), (509, 4, 512, 32, ("backward",))):  # fmt: skip
         for op in ops:
             assert lanes_fit(n, es, op), (n, es, op)
-            tile = {"forward": 4096, "backward": 2048}[op]
+            tile, blocks = 2048, {"forward": 8, "backward": 4}[op]
             for a in (1, 7, 4099, 100000):
                 p = plan(op, a, 1, n, es, SMS)
                 assert p == lanes_plan(op, a, 1, n, es, SMS) and p.kind == "lanes", (n, es, a)
                 assert (p.widths, p.lanes, p.tile_a * p.tile_b, p.warps, p.occupancy) == ((w, 0, 0), lanes, tile // w,
-                                                                                          4, 4)  # fmt: skip
-                assert p.grid == min(-(-a // p.tile_a), 4 * SMS) and p.loads == K.LOADS_GATHER
+                                                                                          4, blocks)  # fmt: skip
+                assert p.grid == min(-(-a // p.tile_a), blocks * SMS) and p.loads == K.LOADS_GATHER
             assert plan(op, 9, 1, n, es, SMS, lanes=False).kind == "tile"
             assert plan(op, 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
-    assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 8, 2)
+    assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 4, 2)
     # 284 = 256 + 32 and 300 = 256 + 64 pad less than 512 / 1.4 as row-tile pieces; 513 (bf16 and
     # fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
     for n, es, ops in ((63, 2, both), (257, 2, both), (284, 2, both), (300, 2, both), (510, 2, ("forward",)),
-                       (128, 2, both), (192, 2, both), (63, 4, both), (133, 4, ("forward",)), (257, 4, ("forward",)),
+                       (128, 2, both), (192, 2, both), (63, 4, both), (257, 4, ("forward",)),
                        (128, 4, both), (513, 2, both), (622, 2, both), (513, 4, both)):  # fmt: skip
         for op in ops:
             assert not lanes_fit(n, es, op), (n, es, op)
@@ -690,11 +704,15 @@ def test_pieces_checked_element_by_element_are_gathered():
     """A piece checked along N whose row length the JIT cannot prove a multiple of 16 elements
     is gathered (a plain zero-padded load of it branches an element), aligned rows too, where
     unaligned ones are and where the piece is the whole row; one-row tiles of several pieces keep
-    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads."""
+    plain loads; rows that are a multiple of 16 elements keep plain (vector) loads. On static
+    layouts (fp32 rows up to 1024 elements forward, plan.static_fit) N is compiled in: the
+    forward's multi-row tiles load plain."""
     for op in OPS:
         for n, es in ((8116, 4), (3900, 4), (1000, 4), (436, 4)):
             assert not unaligned(n, es) and n % 16, (n, es)
-            assert plan(op, 9999, 1, n, es, SMS, any_length=True).loads == K.LOADS_GATHER, (op, n)
+            want = K.LOADS_PLAIN if op == "forward" and n <= 1024 else K.LOADS_GATHER
+            assert plan(op, 9999, 1, n, es, SMS, any_length=True).loads == want, (op, n)
+            assert plan(op, 9999, 1, n, es, SMS, any_length=True, static=False).loads == K.LOADS_GATHER, (op, n)
         assert plan(op, 9999, 1, 5000, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 4096 + 1024, one row
         assert plan(op, 9999, 1, 4080, 4, SMS, any_length=True).loads == K.LOADS_PLAIN  # 16 divides 4080
 

@@ -42,6 +42,8 @@ METRICS = (
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
     "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "smsp__inst_executed.sum",
 )
 # (summary column, raw metric); missing metrics show as "".
 COLUMNS = (
@@ -56,6 +58,8 @@ COLUMNS = (
     ("smem_KB", None),
     ("occ_theory_%", "sm__maximum_warps_per_active_cycle_pct"),
     ("occ_achieved_%", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    ("issue_%", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+    ("inst_M", "smsp__inst_executed.sum"),
     ("ld_B/req", None),
     ("st_B/req", None),
 )
@@ -125,7 +129,9 @@ def _summary_row(raw: dict, units: dict) -> dict:
         v = _num(raw.get(metric, "")) if metric else None
         if v is not None and col in ("us", "dram_MB_rd", "dram_MB_wr"):
             v *= SCALE.get(units.get(metric, ""), 1.0)
-        out[col] = "" if v is None else (f"{v:.1f}" if col.endswith(("us", "%", "_rd", "_wr")) else f"{v:g}")
+        if v is not None and col == "inst_M":
+            v /= 1e6
+        out[col] = "" if v is None else (f"{v:.1f}" if col.endswith(("us", "%", "_rd", "_wr", "_M")) else f"{v:g}")
     smem = sum(_num(raw.get(f"launch__shared_mem_per_block_{k}")) or 0 for k in ("static", "dynamic"))
     out["smem_KB"] = f"{smem / 1024:.1f}"
     for kind in ("ld", "st"):

@@ -160,6 +160,11 @@ ALIGN_BYTES = 16
 # or more: bf16 74 as 64 + 32 216 us (128: 256), 133 as 128 + 32 backward 359 (256: 489,
 # 128 + 4 + 1: 1244); fp32 one padded piece, 74 235 us (64 + 32: 268), 133 backward 347 (469).
 GATHER_PIECES = {2: 2, 4: 1}
+# The forward's gathered short rows longer than the lanes kernels' take one padded piece (session
+# 25, H200, us: ab/s25b bf16 100013 x 671 8 x (512 + 256) 97.7 -> 8 x 1024 83.9, 148800 x 451 one
+# already, 84.3; ab/s25c 587 100.4 -> 91.3, fp16 587 98.4 -> 94.2). Rows the lanes kernels take keep
+# two pieces where a caller asks for row tiles (lanes=False: the fused add, FP8; not measured).
+GATHER_FWD_PIECES = 1
 GATHER_GRANULE = 32
 # A checked piece whose row length the JIT cannot prove a multiple of 16 elements is checked
 # element by element, aligned rows too: a plain zero-padded load of it compiles to a branch an
@@ -250,6 +255,23 @@ ODD_HINT_MIN_REGS = 128
 # 96.6 -> 106.2 / 96.5, 856 80.1 / 75.8 -> 104.1 / 101.4; these stay with the core (the rule for
 # short 16-bit rows that are not a power of two, MIN_PIECE_BYTES).
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
+# Short rows on static layouts (session 25, ab/s25b; H200, graph replay, us; the rules' runtime
+# tiles -> static ones). A row whose start is 8-byte aligned (16-bit, 4 | N) or an fp32 row loads
+# 8 or 16 bytes at a time once N and the stride are compiled in, and its padded lanes are dropped
+# at compile time, so one padded power-of-two piece beats several exact ones (STATIC_SHORT:
+# rows under MIN_PIECE_BYTES take one piece; their registers follow N, not the padded width).
+# Forward: bf16 229825 x 292 16 x (256 + 64) gathered 106.2 -> 16 x 512 96.4, fp16 104.8 -> 94.2;
+# 189573 x 354 111.5 -> 98.5; 153919 x 436 85.0 -> 81.0; 78398 x 856 (the core's tile) 79.9 ->
+# 8 x 1024 68.1; fp32 292 (256 + 32 + 4, plain) 197.5 -> 16 x 512 134.8, 436 157.4 -> 131.8, 518
+# 141.1 -> 133.3, 856 131.8 -> 131.9 (the copy ceiling 127.4). 16-bit rows of 4-byte aligned starts
+# under 1 KB tied or lost (bf16 510 80.4 -> 83.0, 518 86.9 -> 87.4, fp16 390 87.6 -> 91.2), odd
+# rows lost 1.5-2x (static plain tiles load 2 bytes at a time, serialized: bf16 451 84.3 ->
+# 128.3, 671 97.3 -> 167.1), fp32 rows of 1098 tied forward and lost backward (session 20).
+# Backward: the tile that keeps IN_FLIGHT_BYTES of x and dy in flight at MAX_BLOCKS_PER_SM
+# blocks: bf16 292 8 x (256 + 64) at 4 blocks 236.0 -> 4 x 512 at 8 178.4 (8 x 512 at 4: 287.0),
+# fp32 292 (the core's) 284.1 -> 2 x 512 at 8 223.8.
+STATIC_SHORT = True
+STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -333,12 +355,18 @@ LONG_L2_SHARE = 0.5
 # one warp) ran faster on lanes than on 4 x 512 row tiles, at every length tried: 261124 x 257
 # 333.6 -> 244.1 us, 160000 x 401 266.8 -> 200.3, 220000 x 301 305.7 -> 226.3, 130000 x 509 254.8
 # -> 214.5. So the backward's bound is 2 KB and LANES_MAX (32 lanes, one warp) elements.
-LANES_ROW_BYTES = {"forward": WARP_ROW_BYTES, "backward": 4 * WARP_ROW_BYTES}
+LANES_ROW_BYTES = {"forward": 2 * WARP_ROW_BYTES, "backward": 4 * WARP_ROW_BYTES}
 LANES_MIN_ELEMS = 128  # the shortest padded row measured (bf16 and fp32 81)
 LANES_ELEMS = 16
 LANES_MAX = 32 * LANES_ELEMS  # a row's lanes stay within one warp (W = 1024 on 64 lanes: 10x slower)
-LANES_TILE_ELEMS = {"forward": 4096, "backward": 2048}
-LANES_OCCUPANCY = 4
+LANES_TILE_ELEMS = {"forward": 2048, "backward": 2048}
+LANES_OCCUPANCY = {"forward": 8, "backward": 4}
+# Session 25 (ab/s25b; H200, graph replay, us): forward tiles of 2048 elements at 8 blocks per SM
+# (32 warps) beat session 17's 4096 at 4: bf16 387913 x 173 120.3 (16 x 256 at 4) -> 108.8 (8 x
+# 256 at 8; 16 x 256 at 8 117.1, 32 x 256 at 4 116.7); and fp32 rows padded to 256 elements (1 KB,
+# 16 lanes: still within one warp), which ran on gathered row tiles, gain as much: fp32 387913 x
+# 173 166.8 (16 x 256 row tiles at 4) -> 138.6 (lanes 8 x 256 at 8; the row tiles' best 155.3).
+LANES_FWD_MAX_ELEMS = 256
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -411,10 +439,16 @@ def unaligned(n: int, elem_size: int) -> bool:
 
 def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op's row tiles of n-element rows run on static layouts (kernels.RowArray) where the
-    caller allows: 16-bit rows of an even length that is not a multiple of VECTOR_ELEMS, which a
-    compiled-in row length and stride load 4, 8 or 16 bytes at a time instead of 2, of at least
-    STATIC_MIN_ROW_BYTES[op] (measured: the comment after ODD_HINT_MIN_REGS)."""
-    return elem_size == 2 and n % 2 == 0 and n % VECTOR_ELEMS != 0 and n * elem_size >= STATIC_MIN_ROW_BYTES[op]
+    caller allows: rows of an even length that is not a multiple of VECTOR_ELEMS, which a
+    compiled-in row length and stride load 4, 8 or 16 bytes at a time and check by the row, not
+    by the element. 16-bit rows: those whose start is 8-byte aligned (4 divides N) at any length,
+    the others from STATIC_MIN_ROW_BYTES[op]; fp32 rows of at most STATIC_FP32_MAX_ELEMS
+    (measured: the comments after ODD_HINT_MIN_REGS and at STATIC_SHORT)."""
+    if n % 2 or n % VECTOR_ELEMS == 0:
+        return False
+    if elem_size == 2:
+        return n % 4 == 0 or n * elem_size >= STATIC_MIN_ROW_BYTES[op]
+    return elem_size == 4 and n <= STATIC_FP32_MAX_ELEMS[op]
 
 
 def backward_by_default(n: int, elem_size: int) -> bool:
@@ -517,6 +551,8 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     w = _next_pow2(n)
     if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX and w * elem_size <= LANES_ROW_BYTES[op]):
         return False
+    if op == "forward":
+        return w <= LANES_FWD_MAX_ELEMS
     if w * elem_size <= WARP_ROW_BYTES:
         return True
     return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
@@ -531,7 +567,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
-    occupancy = occupancy or LANES_OCCUPANCY
+    occupancy = occupancy or LANES_OCCUPANCY[op]
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
@@ -570,13 +606,16 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
+    one_piece = static and (short or elem_size == 4) and STATIC_SHORT  # one padded piece, its lanes past N dropped (STATIC_SHORT)
     if unal:
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
-        if short and max_pieces is None:  # gathered multi-row tiles (GATHER_PIECES)
-            max_pieces, min_piece = GATHER_PIECES[min(elem_size, 4)], min_piece or GATHER_GRANULE
+        if short and max_pieces is None and not one_piece:  # gathered multi-row tiles (GATHER_PIECES)
+            fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # past the lanes kernels' rows
+            pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
+            max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:
-        max_pieces = MAX_PIECES
-    if elem_size < 4 and not any_length and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1))):
+        max_pieces = 1 if one_piece else MAX_PIECES
+    if elem_size < 4 and not any_length and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1) and not static)):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
@@ -593,10 +632,14 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
                          unroll=unroll, onepass=onepass)  # fmt: skip
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
+    auto = tile_rows is None and warps is None and occupancy is None
+    if one_piece and auto and op == "backward":  # IN_FLIGHT_BYTES at MAX_BLOCKS_PER_SM blocks (STATIC_SHORT)
+        tile_rows = _prev_pow2(max(1, IN_FLIGHT_BYTES // (2 * width * elem_size * MAX_BLOCKS_PER_SM)))
+        occupancy = MAX_BLOCKS_PER_SM
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
     masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
-    auto = tile_rows is None and warps is None and occupancy is None
+    span = n if one_piece else width  # the elements a row holds in registers (STATIC_SHORT)
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
@@ -604,16 +647,16 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
-    need = _need(op, elem_size, width, rows, warps)
+    need = _need(op, elem_size, span, rows, warps)
     if masked and auto and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:
         rows, warps = 2 * rows, 8  # masked multi-row tiles: 32 warps per SM within 64 registers (see above)
-        need = _need(op, elem_size, width, rows, warps)
+        need = _need(op, elem_size, span, rows, warps)
     threads = 32 * warps
     if gathered16 and auto and op == "backward":  # at least GATHERED_WARPS_PER_SM warps per SM (see above)
         per_sm = GATHERED_WARPS_PER_SM // warps
         while rows > 1 and _backward_hint(elem_size, width, rows, _resident(need, threads)) < per_sm:
             rows //= 2
-            need = _need(op, elem_size, width, rows, warps)
+            need = _need(op, elem_size, span, rows, warps)
     tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
     tile_a = rows // tile_b
     resident = _resident(need, threads)
