@@ -275,7 +275,7 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
-# The one-pass long backward (plan.long_plan(onepass=True); probes only, bench/NOTES.md session 24):
+# The one-pass long backward (plan.long_plan's onepass; the rules' where 2 blocks an SM fit, session 25):
 # unaligned rows on runtime layouts, even 16-bit rows on static ones, a 3-D input, more rows
 # than blocks (each block's dW partials stored, then added to).
 ONEPASS_CASES = [((300, 25263), "2-D, odd"), ((3, 100, 18434), "3-D, even (static)")]
@@ -313,7 +313,7 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
-        p = plan(op, a, b, n, es, sms, long=True, chunk=chunk)
+        p = plan(op, a, b, n, es, sms, long=True, chunk=chunk, onepass=False)  # the two-kernel backward
         assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == (op == "forward" and static_fit(n, es))
         return dataclasses.replace(p, static=static and op == "forward")  # (no static two-kernel backward)
 
@@ -402,6 +402,20 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
         return p if p is not None else long_plan(op, a, b, n, es, sms)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
+def test_onepass_long_backward_where_two_blocks_fit():
+    """The long backward runs in one kernel on even 16-bit rows whose two blocks an SM fit half of
+    L2 (10812, 11500 won 1.16-1.63x; 12474 tied, longer rows lost: bench/NOTES.md, session 25),
+    on static layouts; odd rows, fp32 rows, longer rows and runtime layouts keep the two kernels."""
+    for n in (8202, 10812, 11500, 11902):
+        p = plan("backward", 5000, 1, n, 2, SMS)
+        assert (p.kind, p.onepass, p.occupancy, p.static) == ("long", True, 2, True), n
+        assert not plan("backward", 5000, 1, n, 2, SMS, static=False).onepass
+    for n, es in ((10813, 2), (12474, 2), (21630, 2), (11902, 4), (8202, 4)):
+        p = plan("backward", 5000, 1, n, es, SMS)
+        assert p.kind == "long" and not p.onepass, (n, es)
+    assert not plan("forward", 5000, 1, 11500, 2, SMS).onepass
 
 
 def test_static_fit():

@@ -640,14 +640,14 @@ def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, 
 def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector,
                           offset, chunks, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
                           LOADS: C_INT):  # fmt: skip
-    """The long-row backward in one kernel (plan.long_plan's ``onepass``; the rules do not pick
-    it: 1.4-2.2x slower than the two-kernel backward at one block an SM, faster only at 2,
-    bench/NOTES.md, session 24): blocks stride over the rows; a block reduces a row's c =
-    mean(wdy * xhat) over its chunks (x and dy from DRAM), then reads the row's chunks again
-    (from L2, where the row it just read still is) for dx, and adds each chunk's dy * xhat into
-    its own row of the fp32 dW partials ((G, chunks x TILE_N), in L2 too). DRAM sees x and dy
-    once, where rows_dot_long + rows_bwd_long read them twice. Deterministic: fixed rows per
-    block, in order. chunks: N // TILE_N (as for rows_fwd_long)."""
+    """The long-row backward in one kernel (plan.long_plan's ``onepass``: the rules take it where
+    two blocks an SM fit, even 16-bit rows up to about 11900 elements; at one block an SM it ran
+    1.4-2.2x slower than the two-kernel backward, bench/NOTES.md, sessions 24-25): blocks stride
+    over the rows; a block reduces a row's c = mean(wdy * xhat) over its chunks (x and dy from
+    DRAM), then reads the row's chunks again (from L2, where the row it just read still is) for dx,
+    and adds each chunk's dy * xhat into its own row of the fp32 dW partials ((G, chunks x TILE_N),
+    in L2 too). DRAM sees x and dy once, where rows_dot_long + rows_bwd_long read them twice.
+    Deterministic: fixed rows per block, in order. chunks: N // TILE_N (as for rows_fwd_long)."""
     n = x.shape[2]
     b = x.shape[1]
     for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):

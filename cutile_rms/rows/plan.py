@@ -83,8 +83,8 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   16, of 2 KB or more (MIN_PIECE_BYTES, as for every 16-bit row that is not a power of two) run
   on them forward (the core kernels before session 22); without static layouts (past
   rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels. Past
-  the row tiles only the forward of even unaligned rows takes them (the long-row backward stays
-  on runtime layouts: session 23).
+  the row tiles only the forward of even unaligned rows takes them, and the one-pass long backward
+  (the two-kernel long backward stays on runtime layouts: session 23).
 - 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
   (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
   long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
@@ -324,12 +324,17 @@ LONG_MIN_BYTES = 24 * 1024
 # -> 126.1 / 125.7); n % 4 == 0: 53908 127.8 / 113.3 -> 172.9 / 128.5, 60172 138.7 / 119.5 ->
 # 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
 LONG_UNROLL_WORD_ELEMS = 4
-# The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan(onepass=True)``; probes
-# only): blocks per SM such that the rows in flight (x and dy) and the blocks' dW partials fit
-# LONG_L2_SHARE of L2, 1 to ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us,
-# two-kernel -> one-pass: at the 1 block an SM this gives from 18803 on, 1.4-2.2x slower (bf16
-# 21630 262.3 -> 400.5, fp32 21630 399.6 -> 891.2); at 2 (10812) faster, bf16 264.9 -> 228.4, fp16
-# 352.4 -> 225.7. So the rules keep the two-kernel backward.
+# The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
+# such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
+# ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
+# block an SM this gives from 18803 on, 1.4-2.2x slower (bf16 21630 262.3 -> 400.5, fp32 21630 399.6
+# -> 891.2); at 2 (10812) faster, bf16 264.9 -> 228.4, fp16 352.4 -> 225.7. Session 25 (ab/s25a,
+# ab/s25d; 2 blocks of 8 warps forced): bf16 / fp16 10812 264.3 / 352.4 -> 226.9 / 224.4, 11500
+# 268.0 / 366.0 -> 224.4 / 223.6, 12474 (1 block by the rule) 293.0 / 300.3 -> 291.1 / 286.9, then
+# slower: 13642 277.1 / 298.4 -> 306.5 / 306.9, 15002 259.1 / 337.5 -> 326.2 / 320.3, 18803-21630
+# 1.3-1.6x, fp32 1.3-1.5x everywhere. So the rules take the one-pass backward where 2 blocks an SM
+# fit (ONEPASS_MAX_BLOCKS: 16-bit rows up to about 11900 on 132 SMs) on static layouts (the layouts
+# measured; odd rows keep the two kernels).
 ONEPASS_MAX_BLOCKS = 2
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
@@ -506,22 +511,25 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
 
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, static: bool = True,
-              unroll: bool | None = None, onepass: bool = False) -> RowsPlan:  # fmt: skip
+              unroll: bool | None = None, onepass: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
     caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
     whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL);
     onepass: the backward in one kernel (ONEPASS_MAX_BLOCKS), on static layouts where
-    ``static_fit`` holds."""
+    ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
+    per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
+    if onepass is None:
+        fits = LONG_L2_SHARE * L2_BYTES // (num_sms * per_block) >= ONEPASS_MAX_BLOCKS
+        onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
     elif onepass:
-        per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
         occupancy = occupancy or _prev_pow2(max(1, min(ONEPASS_MAX_BLOCKS, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
@@ -579,7 +587,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None,
-         onepass: bool = False) -> RowsPlan | None:  # fmt: skip
+         onepass: bool | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -606,7 +614,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
-    one_piece = static and (short or elem_size == 4) and STATIC_SHORT  # one padded piece, its lanes past N dropped (STATIC_SHORT)
+    one_piece = (
+        static and (short or elem_size == 4) and STATIC_SHORT
+    )  # one padded piece, its lanes past N dropped (STATIC_SHORT)
     if unal:
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
         if short and max_pieces is None and not one_piece:  # gathered multi-row tiles (GATHER_PIECES)
@@ -615,7 +625,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = 1 if one_piece else MAX_PIECES
-    if elem_size < 4 and not any_length and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1) and not static)):
+    if (
+        elem_size < 4
+        and not any_length
+        and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1) and not static))
+    ):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
