@@ -411,10 +411,14 @@ def test_onepass_long_backward_where_two_blocks_fit():
     for n in (8202, 10812, 11500, 11902):
         p = plan("backward", 5000, 1, n, 2, SMS)
         assert (p.kind, p.onepass, p.occupancy, p.static) == ("long", True, 2, True), n
-        assert not plan("backward", 5000, 1, n, 2, SMS, static=False).onepass
-    for n, es in ((10813, 2), (12474, 2), (21630, 2), (11902, 4), (8202, 4)):
+        p = plan("backward", 5000, 1, n, 2, SMS, static=False)
+        assert p is None or not p.onepass
+    for n, es in ((10813, 2), (21630, 2), (16390, 2), (13933, 2), (11902, 4), (8202, 4), (12474, 4)):
         p = plan("backward", 5000, 1, n, es, SMS)
         assert p.kind == "long" and not p.onepass, (n, es)
+    for n in (12474, 13642, 15002, 16382):  # even, past the one-pass: the core kernels (plan.CORE_BWD_MAX_ELEMS)
+        assert plan("backward", 5000, 1, n, 2, SMS) is None and backward_by_default(n, 2), n
+        assert plan("backward", 5000, 1, n, 2, SMS, long=True).kind == "long"  # a caller may still ask
     assert not plan("forward", 5000, 1, 11500, 2, SMS).onepass
 
 
@@ -676,6 +680,39 @@ def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n,
         y = rms_norm(xg, wg, EPS)
         dx, dw = torch.autograd.grad(y, [xg, wg], dy)
     assert calls == ["run_forward", "run_backward"]
+    yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"y": y, "dx": dx, "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tolerances(dtype, dtype, "llama"))
+
+
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 10002), (torch.float16, 12474), (torch.bfloat16, 13933)],
+                         ids=str)  # fmt: skip
+def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
+    """The public API (mode None) on unaligned 16-bit rows past the row tiles' 8192 elements: the
+    long forward on even rows (odd ones keep the row tiles); backward as the rules plan it for
+    the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the two long
+    kernels, test_onepass_long_backward_where_two_blocks_fit); every output against float64."""
+    from cutile_rms._device import INTERPRET_DEVICE, device_info
+    from cutile_rms.rmsnorm import torch_impl
+
+    sms = (device_info(torch.cuda.current_device()) if dev == "cuda" else INTERPRET_DEVICE).num_sms
+    want = plan("backward", 9, 1, n, 2, sms)
+    backward = "core" if want is None else "onepass" if want.onepass else "two kernels"
+
+    plans, calls = [], []
+    for name in ("run_forward", "run_backward"):
+        real = getattr(RL, name)
+        monkeypatch.setattr(RL, name, lambda p, *a, real=real: plans.append(p) or real(p, *a))
+    core = torch_impl.run_backward
+    monkeypatch.setattr(torch_impl, "run_backward", lambda *a, **k: calls.append("core") or core(*a, **k))
+    x, dy, w = make_inputs((9, n), dtype, dev, generator=gen)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = rms_norm(xg, wg, EPS)
+    dx, dw = torch.autograd.grad(y, [xg, wg], dy)
+    assert plans[0].kind == ("long" if n % 2 == 0 else "tile")
+    if backward == "core":
+        assert calls == ["core"] and len(plans) == 1
+    else:
+        assert not calls and plans[1].kind == "long" and plans[1].onepass == (backward == "onepass")
     yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
     check_all({"y": y, "dx": dx, "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tolerances(dtype, dtype, "llama"))
 

@@ -336,6 +336,17 @@ LONG_UNROLL_WORD_ELEMS = 4
 # fit (ONEPASS_MAX_BLOCKS: 16-bit rows up to about 11900 on 132 SMs) on static layouts (the layouts
 # measured; odd rows keep the two kernels).
 ONEPASS_MAX_BLOCKS = 2
+# Session 25 (ab/s25e; H200, graph replay, us). Even unaligned 16-bit rows past one WIDE_TILE
+# forward tile run the long forward (static layouts) rather than one-row tiles of several pieces:
+# bf16 / fp16 9002 83.8 / 81.4 -> 78.3 / 77.9, 10002 102.2 / 94.9 -> 78.8 / 78.3, 12474 95.5 / 96.2
+# -> 83.0 / 82.0, 13642 97.4 / 96.9 -> 83.0 / 82.3, 15002 104.3 / 102.5 -> 82.3 / 81.5; odd rows
+# lost (13933 101.7 / 101.6 -> 106.3 / 119.5) and keep the row tiles. Backward: where the one-pass
+# does not fit, the core backward, which holds such a row in one register tile up to
+# CORE_BWD_MAX_ELEMS, beat the two-kernel long backward: bf16 / fp16 12474 290.3 / 297.7 -> 242.1 /
+# 269.3, 13642 274.4 / 294.7 -> 239.8 / 263.2, 15002 257.2 / 332.1 -> 232.2 / 246.4, 16382 272.8 /
+# 341.8 -> 226.5 / 244.1; past it (16390, its chunked plan) 2303 / 2414 against 280 / 277, on odd
+# rows 1194 / 592 (13933), on fp32 rows 1.04-1.7x slower (8202-16390).
+CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
@@ -543,6 +554,19 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
                     "long", 0, static, unroll, onepass)  # fmt: skip
 
 
+def _long_unaligned(n: int, elem_size: int) -> bool:
+    """Whether the forward of unaligned rows of n elements takes the long-row kernel although a
+    row tile would hold it: even 16-bit rows past one WIDE_TILE tile (CORE_BWD_MAX_ELEMS above)."""
+    return elem_size == 2 and n % 2 == 0 and unaligned(n, elem_size) and n > WIDE_TILE["forward"]
+
+
+def _core_backward(n: int, elem_size: int) -> bool:
+    """Whether the backward of unaligned rows of n elements past the row tiles, where the one-pass
+    long backward does not fit, goes to the core kernels: even 16-bit rows of at most
+    CORE_BWD_MAX_ELEMS (measured above)."""
+    return elem_size == 2 and n % 2 == 0 and n <= CORE_BWD_MAX_ELEMS
+
+
 def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
     16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
@@ -608,6 +632,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
                          unroll=unroll, onepass=onepass)  # fmt: skip
+    if long is None and not overridden and op == "forward" and _long_unaligned(n, elem_size):
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
@@ -642,8 +668,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
         if not take_long:  # split kernels
             return None
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
-                         unroll=unroll, onepass=onepass)  # fmt: skip
+        lp = long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
+                       unroll=unroll, onepass=onepass)  # fmt: skip
+        core = not lp.onepass and long is None and not overridden and _core_backward(n, elem_size)
+        return None if op == "backward" and core else lp
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     auto = tile_rows is None and warps is None and occupancy is None
