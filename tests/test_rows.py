@@ -427,8 +427,8 @@ def test_static_fit():
     8-byte aligned (4 | N) at any length, the others of at least 1 KB forward and 2 KB backward
     (short rows of 4-byte aligned starts lost, bench/NOTES.md, sessions 21 and 25); fp32 rows of
     up to 1024 elements forward, 511 backward (session 25). Short static rows take one padded
-    piece (plan.STATIC_SHORT); the default backward takes 16-bit rows of a multiple of 8, not 16,
-    elements where the static tiles hold 16 warps an SM (session 22) or more (session 25)."""
+    piece (plan.py, session 25); the default backward takes 16-bit rows of a multiple of 8, not
+    16, elements where the static tiles hold 16 warps an SM (session 22) or more (session 25)."""
     assert static_fit(610, 2) and static_fit(1098, 2, "backward")
     assert static_fit(1144, 2) and static_fit(3000, 2, "backward") and static_fit(13288, 2)  # 8 | N, not 16
     assert not static_fit(510, 2) and not static_fit(610, 2, "backward")  # 4-byte starts, under 1 KB / 2 KB
@@ -616,7 +616,7 @@ def test_unaligned_rows_take_the_row_tiles():
     assert plan("forward", 9, 1, 511, 2, SMS).loads == K.LOADS_GATHER  # odd: runtime layouts
     assert plan("forward", 9, 1, 1098, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
     assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # 4-byte starts under 1 KB: runtime layouts
-    assert plan("forward", 9, 1, 300, 2, SMS).loads == K.LOADS_PLAIN  # 4 | N: static, plain (plan.STATIC_SHORT)
+    assert plan("forward", 9, 1, 300, 2, SMS).loads == K.LOADS_PLAIN  # 4 | N: static, plain (plan.py, session 25)
     assert plan("forward", 9, 1, 671, 2, SMS).widths == (1024, 0, 0)  # gathered short rows: one piece forward
     assert plan("backward", 9, 1, 671, 2, SMS).widths == (512, 256, 0)  # backward: two
     assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
@@ -626,7 +626,7 @@ def test_unaligned_rows_take_the_row_tiles():
     for n, es in ((40, 2), (96, 2), (292, 4), (4096, 2)):
         assert not unaligned(n, es), (n, es)
     assert plan("forward", 9, 1, 48, 2, SMS) is None  # 96 bytes, 16 | N, not a power of two: left to the core
-    assert plan("forward", 9, 1, 40, 2, SMS).static  # 8 | N, not 16: static row tiles (plan.STATIC_SHORT)
+    assert plan("forward", 9, 1, 40, 2, SMS).static  # 8 | N, not 16: static row tiles (plan.py, session 25)
 
 
 def test_short_unaligned_rows_take_the_lanes_kernels():

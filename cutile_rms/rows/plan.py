@@ -85,6 +85,12 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels. Past
   the row tiles only the forward of even unaligned rows takes them, and the one-pass long backward
   (the two-kernel long backward stays on runtime layouts: session 23).
+- short rows on static layouts (session 25): 16-bit rows of 4 | N (8-byte aligned starts) at
+  any length and fp32 rows of up to 1024 elements forward (511 backward) run static too; rows
+  under 2 KB there (and every static fp32 row) take one padded power-of-two piece, whose lanes
+  past N tileiras drops, with registers counted on N; their backward tiles keep IN_FLIGHT_BYTES
+  of x and dy in flight at 8 blocks an SM. So 16-bit rows of 8 x odd elements under 2 KB leave
+  the core kernels, forward and (by default) backward.
 - 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
   (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
   long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
@@ -95,7 +101,10 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
-  (``lanes_plan``).
+  (``lanes_plan``): forward rows padded to at most 256 elements, backward to 2 KB. Even unaligned
+  16-bit rows past 8192 elements run the long forward; their backward is the one-pass long
+  backward where two blocks an SM fit half of L2, the core kernels past that up to 16384
+  elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
@@ -258,8 +267,9 @@ STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Short rows on static layouts (session 25, ab/s25b; H200, graph replay, us; the rules' runtime
 # tiles -> static ones). A row whose start is 8-byte aligned (16-bit, 4 | N) or an fp32 row loads
 # 8 or 16 bytes at a time once N and the stride are compiled in, and its padded lanes are dropped
-# at compile time, so one padded power-of-two piece beats several exact ones (STATIC_SHORT:
-# rows under MIN_PIECE_BYTES take one piece; their registers follow N, not the padded width).
+# at compile time, so one padded power-of-two piece beats several exact ones (rows under
+# MIN_PIECE_BYTES, and static fp32 rows, take one piece; their registers follow N, not the
+# padded width).
 # Forward: bf16 229825 x 292 16 x (256 + 64) gathered 106.2 -> 16 x 512 96.4, fp16 104.8 -> 94.2;
 # 189573 x 354 111.5 -> 98.5; 153919 x 436 85.0 -> 81.0; 78398 x 856 (the core's tile) 79.9 ->
 # 8 x 1024 68.1; fp32 292 (256 + 32 + 4, plain) 197.5 -> 16 x 512 134.8, 436 157.4 -> 131.8, 518
@@ -270,7 +280,6 @@ STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # Backward: the tile that keeps IN_FLIGHT_BYTES of x and dy in flight at MAX_BLOCKS_PER_SM
 # blocks: bf16 292 8 x (256 + 64) at 4 blocks 236.0 -> 4 x 512 at 8 178.4 (8 x 512 at 4: 287.0),
 # fp32 292 (the core's) 284.1 -> 2 x 512 at 8 223.8.
-STATIC_SHORT = True
 STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
@@ -459,7 +468,7 @@ def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     compiled-in row length and stride load 4, 8 or 16 bytes at a time and check by the row, not
     by the element. 16-bit rows: those whose start is 8-byte aligned (4 divides N) at any length,
     the others from STATIC_MIN_ROW_BYTES[op]; fp32 rows of at most STATIC_FP32_MAX_ELEMS
-    (measured: the comments after ODD_HINT_MIN_REGS and at STATIC_SHORT)."""
+    (measured: the comments after ODD_HINT_MIN_REGS and before STATIC_FP32_MAX_ELEMS)."""
     if n % 2 or n % VECTOR_ELEMS == 0:
         return False
     if elem_size == 2:
@@ -640,9 +649,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
-    one_piece = (
-        static and (short or elem_size == 4) and STATIC_SHORT
-    )  # one padded piece, its lanes past N dropped (STATIC_SHORT)
+    one_piece = static and (short or elem_size == 4)  # its lanes past N dropped (STATIC_FP32_MAX_ELEMS above)
     if unal:
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
         if short and max_pieces is None and not one_piece:  # gathered multi-row tiles (GATHER_PIECES)
@@ -651,11 +658,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = 1 if one_piece else MAX_PIECES
-    if (
-        elem_size < 4
-        and not any_length
-        and ((n % VECTOR_ELEMS and not static) or (short and n & (n - 1) and not static))
-    ):
+    if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or (short and n & (n - 1))):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
@@ -675,13 +678,13 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if tile_rows is None and op == "forward" and len(ps) > 1 and not short:
         tile_rows = 1
     auto = tile_rows is None and warps is None and occupancy is None
-    if one_piece and auto and op == "backward":  # IN_FLIGHT_BYTES at MAX_BLOCKS_PER_SM blocks (STATIC_SHORT)
+    if one_piece and auto and op == "backward":  # IN_FLIGHT_BYTES at MAX_BLOCKS_PER_SM blocks (see above)
         tile_rows = _prev_pow2(max(1, IN_FLIGHT_BYTES // (2 * width * elem_size * MAX_BLOCKS_PER_SM)))
         occupancy = MAX_BLOCKS_PER_SM
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
     masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
-    span = n if one_piece else width  # the elements a row holds in registers (STATIC_SHORT)
+    span = n if one_piece else width  # the elements a row holds in registers (STATIC_FP32_MAX_ELEMS above)
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
