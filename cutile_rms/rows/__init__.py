@@ -1,11 +1,12 @@
 """Row-tile RMSNorm kernels: rows loaded straight into registers with plain (128-bit where the
-row allows) loads, a row held as up to three power-of-two pieces so that no lane is padding, any
-two leading dims of a view read in place (a QK-norm head view of a fused QKV projection), a plan
-computed from N by rules (:mod:`cutile_rms.rows.plan`).
+row allows) loads or gathers, a row held as up to three power-of-two pieces (one padded piece
+where the row length is compiled in), any two leading dims of a view read in place (a QK-norm
+head view of a fused QKV projection), short unaligned rows on warp-wide lanes, long rows in
+chunks, a plan computed from N, the element size and the SM count by rules
+(:mod:`cutile_rms.rows.plan`).
 
-The forward runs by default wherever its plan has it (``plan.plan``: rows of at most 18432
-elements, 16-bit rows a multiple of 16 elements long); the core kernels run the rest. The
-backward runs by default on short power-of-two rows of 128-512 bytes (``plan.backward_by_default``:
-QK-norm head dims, where it beats the core backward by up to 1.33x and reads a fused QKV view in
-place) and wherever its plan has the row with ``rms_norm(..., mode="rows")``. See
-bench/NOTES.md, sessions 11-14."""
+The forward runs by default wherever its plan has it (``plan.plan``); the core kernels run the
+rest. The backward runs by default where ``plan.backward_by_default`` says (short power-of-two
+rows of 128-512 bytes, unaligned rows, static rows whose tiles hold 16 warps an SM) and its plan
+has the row, and wherever its plan has the row with ``rms_norm(..., mode="rows")``. See
+bench/NOTES.md, sessions 11-25."""
