@@ -359,9 +359,9 @@ CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
-# W (a power of two) of at most LANES_ROW_BYTES[op], each held by W / LANES_ELEMS lanes of
-# LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (forward 32 a thread on 4 warps,
-# backward 16: it also holds dy and the dW accumulator), LANES_OCCUPANCY blocks per SM on a
+# W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
+# held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
+# a thread on 4 warps; session 17's forward held 32), LANES_OCCUPANCY[op] blocks per SM on a
 # persistent grid. H200, graph replay, against the gathered row tiles (us). Forward (session 17,
 # inference): bf16 351355 x 191 153.9 -> 106.6 (16 x (16 x 16); best 94.2 at 16 x (8 x 32)),
 # 828504 x 81 166.2 -> 126.1 (32 x (16 x 8)), fp32 828504 x 81 199.7 -> 166.8; rows of 1 KB did
@@ -380,7 +380,7 @@ LONG_L2_SHARE = 0.5
 # one warp) ran faster on lanes than on 4 x 512 row tiles, at every length tried: 261124 x 257
 # 333.6 -> 244.1 us, 160000 x 401 266.8 -> 200.3, 220000 x 301 305.7 -> 226.3, 130000 x 509 254.8
 # -> 214.5. So the backward's bound is 2 KB and LANES_MAX (32 lanes, one warp) elements.
-LANES_ROW_BYTES = {"forward": 2 * WARP_ROW_BYTES, "backward": 4 * WARP_ROW_BYTES}
+LANES_BWD_ROW_BYTES = 4 * WARP_ROW_BYTES
 LANES_MIN_ELEMS = 128  # the shortest padded row measured (bf16 and fp32 81)
 LANES_ELEMS = 16
 LANES_MAX = 32 * LANES_ELEMS  # a row's lanes stay within one warp (W = 1024 on 64 lanes: 10x slower)
@@ -590,10 +590,12 @@ def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above)."""
     w = _next_pow2(n)
-    if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX and w * elem_size <= LANES_ROW_BYTES[op]):
+    if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX):
         return False
     if op == "forward":
         return w <= LANES_FWD_MAX_ELEMS
+    if w * elem_size > LANES_BWD_ROW_BYTES:
+        return False
     if w * elem_size <= WARP_ROW_BYTES:
         return True
     return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
