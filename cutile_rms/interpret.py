@@ -551,14 +551,20 @@ exp = _unary(np.exp, "exp")
 log = _unary(np.log, "log")
 
 
+def _extremum(x, y, fn):
+    if isinstance(x, Tile):
+        return x._binary(y, fn)
+    if isinstance(y, Tile):
+        return y._binary(x, fn, True)
+    return type(x + y)(fn(x, y))  # two scalars (e.g. tile indices): a scalar of their promoted type
+
+
 def maximum(x, y, *, propagate_nan=False):
-    fn = np.maximum if propagate_nan else np.fmax  # a NaN loses unless propagate_nan, as in ct.max
-    return x._binary(y, fn) if isinstance(x, Tile) else y._binary(x, fn, True)
+    return _extremum(x, y, np.maximum if propagate_nan else np.fmax)  # a NaN loses unless propagate_nan, as in ct.max
 
 
 def minimum(x, y, *, propagate_nan=False):
-    fn = np.minimum if propagate_nan else np.fmin
-    return x._binary(y, fn) if isinstance(x, Tile) else y._binary(x, fn, True)
+    return _extremum(x, y, np.minimum if propagate_nan else np.fmin)
 
 
 def ct_abs(x):

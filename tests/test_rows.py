@@ -243,6 +243,33 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
     assert torch.equal(x, x0) and torch.equal(dy, dy0)
 
 
+# The backward that reads each block's next tile before it works on this one (plan.prefetch):
+# the first tile read before the loop, the next one clamped to the last tile (blocks with no
+# tile at all, blocks whose next tile overhangs A on gathered loads, many tiles a block).
+PREFETCH_CASES = [
+    ((2, 3001), "one row a tile, one tile a block"),
+    ((301, 689), "two-row gathered tiles, the last one overhangs A"),
+    ((64, 1407), "three pieces, many tiles a block"),
+    ((45, 1144), "static, four rows a tile"),
+    ((3, 7, 136), "static short rows, two groups"),
+    ((97, 64), "plain loads, tile overhangs A"),
+]
+
+
+@pytest.mark.parametrize("shape,what", PREFETCH_CASES, ids=[c[1] for c in PREFETCH_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_prefetch_backward(dev, shape, what, dtype, gen):
+    """y, rstd, dx and dw (NaN-poisoned first) of the row tiles with the prefetching backward,
+    against float64."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(op, a, b, n, es, sms):
+        p = RL.plan(op, a, b, n, es, sms, any_length=True, lanes=False, long=False)
+        return dataclasses.replace(p, prefetch=True) if op == "backward" else p
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
 # Unaligned rows longer than the row tiles take: the long-row kernels (plan kind "long").
 LONG_CASES = [
     ((3, 25263), "2-D, odd"),

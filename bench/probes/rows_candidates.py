@@ -54,7 +54,7 @@ def plan_of(c, persistent=None):
              occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
-             unroll=c.get("unroll"), onepass=c.get("onepass", False))  # fmt: skip
+             unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"))  # fmt: skip
     if not (force and p is not None and (p.kind == "tile" or (p.kind, p.op) == ("long", "forward"))):
         return p
     multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1

@@ -209,6 +209,7 @@ def _loads_label(c):
     lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + ("-long" if c.get("long") else "")
     static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
     unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
+    unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

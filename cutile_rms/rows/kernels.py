@@ -287,15 +287,6 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
 
 
 @ct.function
-def _grad_piece(x, dy, ia, ib, j, rstd, wp, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT):
-    """(xhat, dy, wdy) of one piece, fp32, and its share of sum(wdy * xhat) per row."""
-    xhat = ct.astype(_load(x, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32) * rstd
-    dyf = ct.astype(_load(dy, ia, ib, j, TILE_A, TILE_B, W, CHECK, LOADS), ct.float32)
-    wdy = dyf * wp
-    return xhat, dyf, wdy, ct.sum(wdy * xhat, axis=2, keepdims=True)
-
-
-@ct.function
 def _dw(dyf, xhat, x_dtype, ROUND_XHAT: C_BOOL):
     """dy * xhat of the tile's rows, element by element, xhat rounded to x's dtype first with
     ROUND_XHAT (llama and none casting: the derivative of what the forward computed). The
@@ -314,45 +305,75 @@ def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
 
 
 @ct.function
-def _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
-              W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, C0: C_BOOL, C1: C_BOOL, C2: C_BOOL,
-              CA: C_BOOL, LOADS: C_INT):  # fmt: skip
-    """rows_bwd's work on row tile (ia, ib), with bounds checks on the pieces that say so; returns
-    the dW accumulators (an absent piece's is a0, untouched)."""
+def _grad(xr, dr, rstd, wp):
+    """(xhat, dy, wdy) of one loaded piece, fp32, and its share of sum(wdy * xhat) per row."""
+    xhat = ct.astype(xr, ct.float32) * rstd
+    dyf = ct.astype(dr, ct.float32)
+    wdy = dyf * wp
+    return xhat, dyf, wdy, ct.sum(wdy * xhat, axis=2, keepdims=True)
+
+
+@ct.function
+def _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
+               C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """What rows_bwd reads of row tile (ia, ib): rstd as (TILE_A, TILE_B, 1) and each piece of x
+    and dy (an absent piece's are piece 0's, never used), with bounds checks where they say so."""
     if CA:
         r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
     else:
         r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
-    rstd = ct.reshape(r2, (TILE_A, TILE_B, 1))
-    xh0, dy0, wdy0, c = _grad_piece(x, dy, ia, ib, 0, rstd, w0, TILE_A, TILE_B, W0, C0, LOADS)
+    x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
+    d0 = _load(dy, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
+    x1 = x0
+    d1 = d0
+    x2 = x0
+    d2 = d0
     if W1 > 0:
-        xh1, dy1, wdy1, part = _grad_piece(x, dy, ia, ib, j1, rstd, w1, TILE_A, TILE_B, W1, C1, LOADS)
+        x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, C1, LOADS)
+        d1 = _load(dy, ia, ib, j1, TILE_A, TILE_B, W1, C1, LOADS)
+    if W2 > 0:
+        x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, C2, LOADS)
+        d2 = _load(dy, ia, ib, j2, TILE_A, TILE_B, W2, C2, LOADS)
+    return ct.reshape(r2, (TILE_A, TILE_B, 1)), x0, d0, x1, d1, x2, d2
+
+
+@ct.function
+def _bwd_math(n, dx, rstd, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1: C_INT, W2: C_INT,
+              HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """rows_bwd's work on the loaded row tile (ia, ib) of n-element rows: dx stored, with bounds
+    checks on the pieces that say so; returns the dW accumulators (an absent piece's is a0, untouched)."""
+    xh0, dy0, wdy0, c = _grad(x0, d0, rstd, w0)
+    if W1 > 0:
+        xh1, dy1, wdy1, part = _grad(x1, d1, rstd, w1)
         c = c + part
     if W2 > 0:
-        xh2, dy2, wdy2, part = _grad_piece(x, dy, ia, ib, j2, rstd, w2, TILE_A, TILE_B, W2, C2, LOADS)
+        xh2, dy2, wdy2, part = _grad(x2, d2, rstd, w2)
         c = c + part
-    c = _mean(c, x.shape[2], LOADS)
+    c = _mean(c, n, LOADS)
     _store(dx, ia, ib, 0, ct.astype((wdy0 - xh0 * c) * rstd, dx.dtype), C0, LOADS)
     if HAS_WEIGHT:
-        a0 += _dw(dy0, xh0, x.dtype, ROUND_XHAT)
+        a0 += _dw(dy0, xh0, x0.dtype, ROUND_XHAT)
     if W1 > 0:
         _store(dx, ia, ib, j1, ct.astype((wdy1 - xh1 * c) * rstd, dx.dtype), C1, LOADS)
         if HAS_WEIGHT:
-            a1 += _dw(dy1, xh1, x.dtype, ROUND_XHAT)
+            a1 += _dw(dy1, xh1, x0.dtype, ROUND_XHAT)
     if W2 > 0:
         _store(dx, ia, ib, j2, ct.astype((wdy2 - xh2 * c) * rstd, dx.dtype), C2, LOADS)
         if HAS_WEIGHT:
-            a2 += _dw(dy2, xh2, x.dtype, ROUND_XHAT)
+            a2 += _dw(dy2, xh2, x0.dtype, ROUND_XHAT)
     return a0, a1, a2
 
 
 @row_kernel
 def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
-             CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
+             CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT, PREFETCH: C_BOOL):  # fmt: skip
     """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
-    HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic."""
+    HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic.
+    PREFETCH: each iteration reads the block's next tile before it works on this one."""
+    n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
@@ -363,14 +384,43 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
         a1 = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
     if W2 > 0:
         a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
+    if PREFETCH:
+        ia, ib = _tile(ct.minimum(ct.bid(0), tiles - 1), tiles_b)
         if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1,
-                                   W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, False, LOADS)  # fmt: skip
+            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, u0,
+                                                   u1, u2, False, LOADS)  # fmt: skip
         else:
-            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1,
-                                   W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0,
+                                                   c1, c2, CHECK_A, LOADS)  # fmt: skip
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            na, nb = _tile(ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b)
+            if _whole(na, x.shape[0], TILE_A, CHECK_A, LOADS):
+                nr, nx0, nd0, nx1, nd1, nx2, nd2 = _bwd_loads(x, dy, rstd_in, na, nb, j1, j2, TILE_A, TILE_B, W0, W1,
+                                                              W2, u0, u1, u2, False, LOADS)  # fmt: skip
+            else:
+                nr, nx0, nd0, nx1, nd1, nx2, nd2 = _bwd_loads(x, dy, rstd_in, na, nb, j1, j2, TILE_A, TILE_B, W0, W1,
+                                                              W2, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
+                                       W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, LOADS)  # fmt: skip
+            else:
+                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
+                                       W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, LOADS)  # fmt: skip
+            r, x0, d0, x1, d1, x2, d2 = nr, nx0, nd0, nx1, nd1, nx2, nd2
+    else:
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+                r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2,
+                                                       u0, u1, u2, False, LOADS)  # fmt: skip
+                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
+                                       W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, LOADS)  # fmt: skip
+            else:
+                r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2,
+                                                       c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
+                                       W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, LOADS)  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(dw_partial, 0, a0, W0, CHECK_N and W1 == 0)
         if W1 > 0:
@@ -501,24 +551,25 @@ def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS
 
 @ct.function
 def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
-    """Chunk j's share of row (ia, ib)'s sum of wdy * x."""
+    """wdy * x of chunk j of row (ia, ib), element by element, fp32."""
     wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
     xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
     dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
-    return ct.sum(dyf * wp * xf, axis=2, keepdims=True)
+    return dyf * wp * xf
 
 
 @ct.function
 def _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """(1, 1, 1) fp32 sum of wdy * x over row (ia, ib): the ``full`` whole chunks unchecked, then
-    the last one, past N, checked."""
+    the last one, past N, checked; added element by element in a chunk-shaped accumulator and
+    summed across the block once (as rows_fwd_long's squares: no barrier per chunk)."""
     n = x.shape[2]
-    acc = ct.zeros((1, 1, 1), dtype=ct.float32)
+    acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)
     for j in range(full):
         acc += _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N, HAS_WEIGHT, False, LOADS)
     if full * TILE_N < n:
         acc += _long_dot_term(x, dy, w, ia, ib, full, offset, TILE_N, HAS_WEIGHT, True, LOADS)
-    return acc
+    return ct.sum(acc, axis=2, keepdims=True)
 
 
 @ct.function
@@ -580,29 +631,62 @@ def rows_dot_long(x, dy, w, rstd_in, c_out, offset, chunks, TILE_N: C_INT, HAS_W
 
 
 @ct.function
-def _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
-    """dx = rstd * (wdy - xhat * c) of chunk j of row (ia, ib), stored; returns (dy, xhat) in fp32."""
-    xhat = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32) * rstd
-    dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
+def _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK: C_BOOL, LOADS: C_INT):
+    """dx = rstd * (wdy - xhat * c) of chunk j of row (ia, ib) from its loaded x and dy, stored;
+    returns (dy, xhat) in fp32."""
+    xhat = ct.astype(xr, ct.float32) * rstd
+    dyf = ct.astype(dr, ct.float32)
     _store(dx, ia, ib, j, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), CHECK, LOADS)
     return dyf, xhat
 
 
 @ct.function
+def _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    """_long_dx_of chunk j of row (ia, ib), loaded here."""
+    xr = _long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS)
+    dr = _long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS)
+    return _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK, LOADS)
+
+
+@ct.function
+def _long_chunk_loads(x, dy, rstd_in, c_in, t, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    """(rstd, c, x chunk, dy chunk) of chunk j of row t."""
+    ia, ib = _tile(t, x.shape[1])
+    rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+    c = ct.reshape(ct.load(c_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
+    return rstd, c, _long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), _long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS)
+
+
+@ct.function
 def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
                     ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
-    """Block (g, j) of rows_bwd_long."""
-    b = x.shape[1]
+    """Block (g, j) of rows_bwd_long. fp16 and fp32 blocks read the next row's chunk (clamped to
+    the last row) before they work on this one, as rows_bwd's PREFETCH; bf16 blocks do not. The
+    measurement (bench/NOTES.md, session 26, s26d, 6 odd long rows, H100): with it fp16 1.07-1.16x
+    faster, fp32 1.06-1.10x, bf16 0.76-0.86x (tileiras 13.4 already pipelines bf16's loop; with
+    the prefetch it spills 32 bytes a thread)."""
+    rows = x.shape[0] * x.shape[1]
     j = ct.bid(1)
     wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
     acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)
-    for t in range(ct.bid(0), x.shape[0] * b, ct.num_blocks(0)):
-        ia, ib = _tile(t, b)
-        rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
-        c = ct.reshape(ct.load(c_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
-        dyf, xhat = _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N, CHECK, LOADS)
-        if HAS_WEIGHT:
-            acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+    if x.dtype == ct.bfloat16:
+        for t in range(ct.bid(0), rows, ct.num_blocks(0)):
+            ia, ib = _tile(t, x.shape[1])
+            rstd, c, xr, dr = _long_chunk_loads(x, dy, rstd_in, c_in, t, j, TILE_N, CHECK, LOADS)
+            dyf, xhat = _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK, LOADS)
+            if HAS_WEIGHT:
+                acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+    else:
+        rstd, c, xr, dr = _long_chunk_loads(x, dy, rstd_in, c_in, ct.minimum(ct.bid(0), rows - 1), j, TILE_N, CHECK,
+                                            LOADS)  # fmt: skip
+        for t in range(ct.bid(0), rows, ct.num_blocks(0)):
+            ia, ib = _tile(t, x.shape[1])
+            nxt = ct.minimum(t + ct.num_blocks(0), rows - 1)
+            nrstd, nc, nxr, ndr = _long_chunk_loads(x, dy, rstd_in, c_in, nxt, j, TILE_N, CHECK, LOADS)
+            dyf, xhat = _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK, LOADS)
+            if HAS_WEIGHT:
+                acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+            rstd, c, xr, dr = nrstd, nc, nxr, ndr
     if HAS_WEIGHT:
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 

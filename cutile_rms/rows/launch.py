@@ -31,7 +31,7 @@ __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
-                   "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
+                   "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks, and
 # the one-pass backward (probes: plan.long_plan's onepass).
 LONG_PARAMS = {
@@ -106,7 +106,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     else:
         w0, w1, w2 = p.widths
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n,
-                     LOADS=p.loads, RESIDUAL=residual)  # fmt: skip
+                     LOADS=p.loads, RESIDUAL=residual, PREFETCH=p.prefetch)  # fmt: skip
     return dict(shape, CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd,
                 ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA)  # fmt: skip
 

@@ -213,6 +213,21 @@ GATHERED_WARPS_PER_SM = 16
 # bf16 16384 x 8192 136.0 -> 135.5, fp32 16384 x 8192 263.1 -> 263.5, fp32 16384 x 7168 229.4 ->
 # 229.3.
 ODD_HINT_MIN_REGS = 128
+# The backward's tiles read the block's next tile before they work on this one (RowsPlan.prefetch,
+# kernels.rows_bwd's PREFETCH) where the hint leaves a thread at least 128 registers (at most
+# PREFETCH_MAX_BLOCKS blocks of 4 warps an SM) and the register line's need passes that cap by
+# less than PREFETCH_OVER_CAP. Without it tileiras 13.4 pipelines some tiles across iterations and
+# not others, by dtype: fp16's gathered tiles issued their loads a few at a time between the row
+# reductions, bf16's all at once (SASS; fp16 1.05-1.6x slower on the same plans). Session 26, H200
+# (ab/s26a), rules' tile without -> with, us, bf16 / fp16: 120916 x 555 196 / 248 -> 180 / 168,
+# 97400 x 689 205 / 326 -> 167 / 167, 76000 x 883 209 / 198 -> 161 / 159, 47696 x 1407 181 / 225
+# -> 163 / 164, 29165 x 2301 178 / 178 -> 156 / 158, 12080 x 5555 (8 warps, 2 blocks, need 136) 194
+# / 193 -> 147 / 174, 524288 x 128 127 / 122 -> 114 / 113; fp32 1407 275 -> 229, 4999 248 -> 207,
+# 689 271 -> 272. Where it lost: 22362 x 3001 (need 144 against a cap of 128: 144 bytes of stack)
+# 169 -> 214; every tile at 8 blocks (a 64-register cap) but fp32 292 (272 -> 215): bf16 136 170
+# -> 250 (80 bytes of stack), 292 174 -> 252, 1000 (static 2 x 1024) 126 -> 204, fp32 136 232 -> 261.
+PREFETCH_MAX_BLOCKS = 4
+PREFETCH_OVER_CAP = 16
 # Static layouts (kernels.RowArray: N and the row strides compile-time constants) where they
 # widen the loads: 16-bit rows of an even length that is not a multiple of 16 (static_fit). Such a
 # row starts 4-byte aligned (8-byte where 4 divides N, 16-byte where 8 does), which only a
@@ -397,6 +412,7 @@ LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
 THREADS_PER_SM = 2048
+MAX_THREAD_REGS = 255  # what tileiras gives a thread at most (a hint of 1 or 2 blocks)
 
 
 def _prev_pow2(n: int) -> int:
@@ -450,6 +466,7 @@ class RowsPlan:
     static: bool = False
     unroll: bool = False
     onepass: bool = False
+    prefetch: bool = False
 
     @property
     def hints(self) -> tuple:
@@ -621,8 +638,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
-         chunk: int | None = None, unroll: bool | None = None,
-         onepass: bool | None = None) -> RowsPlan | None:  # fmt: skip
+         chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
+         prefetch: bool | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -730,5 +747,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
+    if prefetch is None:  # PREFETCH_* above
+        cap = min(MAX_THREAD_REGS, REGISTERS_PER_SM // (occupancy * threads))
+        prefetch = occupancy <= PREFETCH_MAX_BLOCKS and need < cap + PREFETCH_OVER_CAP
+    prefetch = op == "backward" and prefetch
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
-                    static)  # fmt: skip
+                    static, prefetch=prefetch)  # fmt: skip
