@@ -66,6 +66,10 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
   112 MB of y; as 4 x 4096 on 8 warps at 4 blocks, need 67: 68.2 us, Liger 67.6). Backward: also
   at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM; gathered 16-bit tiles
   halve their rows until they hold GATHERED_WARPS_PER_SM warps per SM.
+- prefetch (backward): each block reads its next tile before it works on this one where the hint
+  leaves 128 registers a thread or more and the register line's need passes that cap by less than
+  PREFETCH_OVER_CAP (session 26: fp16 1.2-1.95x, bf16 up to 1.25x, fp32 up to 1.2x; tiles at 8
+  blocks an SM, or far over their cap, spilled and lost).
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
   or more that take several pieces or one block per SM. Probe, bf16, persistent vs a block per
@@ -449,7 +453,8 @@ class RowsPlan:
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
     by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
     and strides as compile-time constants (kernels.RowArray, ``static_fit``), else runtime
-    layouts."""
+    layouts. prefetch (backward row tiles): each block reads its next tile before it works on
+    the current one (kernels.rows_bwd's PREFETCH; the rule: PREFETCH_MAX_BLOCKS)."""
 
     op: str
     tile_a: int
@@ -651,7 +656,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     layouts everywhere; long: True runs the long-row kernels (``long_plan``, chunk: their chunk
     in elements) whatever the row's length, None where ``long_fit`` or the row's length says so
     and no other keyword overrides the rules, False never: callers whose kernels have only the
-    row-tile layout)."""
+    row-tile layout; prefetch: whether the backward's row tiles read the next tile first, None:
+    the rule, PREFETCH_MAX_BLOCKS)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
