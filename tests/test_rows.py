@@ -449,6 +449,23 @@ def test_onepass_long_backward_where_two_blocks_fit():
     assert not plan("forward", 5000, 1, 11500, 2, SMS).onepass
 
 
+def test_prefetch_rule():
+    """The backward's row tiles read their next tile first where the hint leaves a thread 128
+    registers or more and the register line's need passes that cap by less than
+    PREFETCH_OVER_CAP (bench/NOTES.md, session 26: the lengths it won and lost at); never forward,
+    lanes or long plans; an override wins."""
+    on = [(689, 2), (1407, 2), (2301, 2), (5555, 2), (128, 2), (256, 2), (1302, 2), (749, 4), (1407, 4), (4999, 4)]
+    off = [(3001, 2), (5905, 2), (136, 2), (292, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
+    for n, es in on + off:
+        p = plan("backward", 1 << 20, 1, n, es, SMS)
+        assert p.kind == "tile" and p.prefetch == ((n, es) in on), (n, es, p)
+        assert not plan("forward", 1 << 20, 1, n, es, SMS).prefetch
+    assert plan("backward", 99, 1, 3001, 2, SMS, prefetch=True).prefetch
+    assert not plan("backward", 99, 1, 689, 2, SMS, prefetch=False).prefetch
+    assert not plan("backward", 99, 1, 98, 2, SMS).prefetch  # the lanes kernels
+    assert not plan("backward", 99, 1, 20001, 2, SMS).prefetch  # the long kernels
+
+
 def test_static_fit():
     """Static layouts for rows of an even length not a multiple of 16: 16-bit rows whose start is
     8-byte aligned (4 | N) at any length, the others of at least 1 KB forward and 2 KB backward
