@@ -270,6 +270,20 @@ def test_prefetch_backward(dev, shape, what, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
+@pytest.mark.parametrize("shape", [(37, 98), (5, 3, 71), (300, 149)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_prefetch_lanes_backward(dev, shape, dtype, gen):
+    """The lanes backward with PREFETCH (probes only so far) against float64, outputs poisoned."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(op, a, b, n, es, sms):
+        p = RL.plan(op, a, b, n, es, sms, lanes=True, prefetch=True)
+        assert p.kind == "lanes" and p.prefetch == (op == "backward")
+        return p
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
 # Unaligned rows longer than the row tiles take: the long-row kernels (plan kind "long").
 LONG_CASES = [
     ((3, 25263), "2-D, odd"),

@@ -500,29 +500,61 @@ def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
 
+@ct.function
+def _lanes_loads(x, dy, rstd_in, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
+    """(rstd as (TILE_A, TILE_B, 1, 1), x, dy) of lanes tile t, gathered (0 past N and A)."""
+    ia, ib = _tile(t, tiles_b)
+    idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
+    r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+    return (
+        ct.reshape(r2, (TILE_A, TILE_B, 1, 1)),
+        ct.gather(x, idx, padding_value=0),
+        ct.gather(dy, idx, padding_value=0),
+    )
+
+
+@ct.function
+def _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n):
+    """dx of a loaded lanes tile, stored; returns (dy, xhat) in fp32."""
+    xhat = ct.astype(xt, ct.float32) * rstd
+    dyf = ct.astype(dt, ct.float32)
+    wdy = dyf * wp
+    cm = _lane_sum(wdy * xhat) * inv_n
+    _store_lanes(dx, ia, ib, ct.astype((wdy - xhat * cm) * rstd, dx.dtype))
+    return dyf, xhat
+
+
 @ct.kernel
 def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
-                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL):  # fmt: skip
+                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, PREFETCH: C_BOOL):  # fmt: skip
     """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
     through one ct.store an iteration, and this block's dW, summed in a lanes-shaped accumulator,
-    goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0)."""
+    goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0). PREFETCH:
+    each iteration gathers the block's next tile (clamped to the last) before it works on this
+    one, as rows_bwd's (not yet measured here: probes only)."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
     wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT)
     inv_n = 1.0 / x.shape[2]
     acc = ct.zeros((TILE_A, TILE_B, L, K), dtype=ct.float32)
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
-        idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
-        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
-        rstd = ct.reshape(r2, (TILE_A, TILE_B, 1, 1))
-        xhat = ct.astype(ct.gather(x, idx, padding_value=0), ct.float32) * rstd
-        dyf = ct.astype(ct.gather(dy, idx, padding_value=0), ct.float32)
-        wdy = dyf * wp
-        cm = _lane_sum(wdy * xhat) * inv_n
-        _store_lanes(dx, ia, ib, ct.astype((wdy - xhat * cm) * rstd, dx.dtype))
-        if HAS_WEIGHT:
-            acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+    if PREFETCH:
+        rstd, xt, dt = _lanes_loads(x, dy, rstd_in, ct.minimum(ct.bid(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            nt = ct.minimum(t + ct.num_blocks(0), tiles - 1)
+            nrstd, nxt, ndt = _lanes_loads(x, dy, rstd_in, nt, tiles_b, c, TILE_A, TILE_B)
+            dyf, xhat = _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n)
+            if HAS_WEIGHT:
+                acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
+            rstd, xt, dt = nrstd, nxt, ndt
+    else:
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            rstd, xt, dt = _lanes_loads(x, dy, rstd_in, t, tiles_b, c, TILE_A, TILE_B)
+            dyf, xhat = _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n)
+            if HAS_WEIGHT:
+                acc += _dw(dyf, xhat, x.dtype, ROUND_XHAT)
     if HAS_WEIGHT:
         total = ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True)
         ct.store(dw_partial, (ct.bid(0), 0), ct.reshape(total, (1, L * K)), allow_tma=False)

@@ -48,7 +48,7 @@ LANES_PARAMS = {
     "forward_lanes": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING",
                       "HAS_WEIGHT", "STORE_RSTD"),
     "backward_lanes": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "L", "K",
-                       "HAS_WEIGHT", "ROUND_XHAT"),
+                       "HAS_WEIGHT", "ROUND_XHAT", "PREFETCH"),
 }  # fmt: skip
 KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BACKWARD_PARAMS),
            "forward_long": (K.rows_fwd_long, LONG_PARAMS["forward_long"]),
@@ -102,7 +102,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     if p.kind == "long":
         shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll)
     elif p.kind == "lanes":
-        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes)
+        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch)
     else:
         w0, w1, w2 = p.widths
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n,

@@ -624,9 +624,11 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
-               warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+               warps: int | None = None, occupancy: int | None = None,
+               prefetch: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
-    rows (LANES_* above); the keywords override the rules (probes)."""
+    rows (LANES_* above); the keywords override the rules (probes: prefetch, the backward's
+    PREFETCH, off unless asked: not yet measured on the lanes kernels)."""
     w = _next_pow2(n)
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
     tile_b = min(rows, b & -b)
@@ -635,7 +637,8 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or LANES_OCCUPANCY[op]
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS))  # fmt: skip
+                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS),
+                    prefetch=op == "backward" and bool(prefetch))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -670,7 +673,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
-        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy)
+        return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
+                          prefetch=prefetch)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
