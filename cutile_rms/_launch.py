@@ -13,6 +13,7 @@ import warnings
 import cuda.tile as ct
 
 from cutile_rms import interpret
+from cutile_rms._tile import python_function, register_variant
 
 __all__ = ["ExperimentalKernelWarning", "experimental_kernel", "is_experimental", "launch", "with_hints"]
 
@@ -48,6 +49,7 @@ def with_hints(kernel, **hints):
     """``kernel.replace_hints(**hints)``, keeping the experimental mark. Call at import time
     only: each call makes a new kernel object with its own JIT cache."""
     new = kernel.replace_hints(**hints)
+    register_variant(new, kernel)
     name = getattr(kernel, _MARK, None)
     if name is not None:
         setattr(new, _MARK, name)
@@ -55,7 +57,9 @@ def with_hints(kernel, **hints):
 
 
 def _kernel_name(kernel) -> str:
-    fn = kernel._pyfunc
+    fn = python_function(kernel)
+    if fn is None:
+        raise TypeError("experimental_kernel marks kernels defined with cutile_rms._tile.tile_kernel")
     return f"{fn.__module__}.{fn.__qualname__}"
 
 

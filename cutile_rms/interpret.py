@@ -1,7 +1,8 @@
 """A CPU interpreter for the subset of cuTile that cutile_rms's kernels use.
 
-It runs a ``@ct.kernel``'s own Python function (``kernel._pyfunc``) once per block of the grid,
-with the name ``ct`` (and every ``@ct.function`` helper it calls) rebound to a NumPy emulation
+It runs a kernel's own Python function (kernels and tile helpers are defined through
+:mod:`cutile_rms._tile`, which remembers it) once per block of the grid, with the name ``ct``
+(and every tile helper it calls) rebound to a NumPy emulation
 of cuTile's semantics -- not NumPy's:
 
 - ``load``/``store`` address whole tiles (``index`` counts tiles) and tile dims are powers of
@@ -48,6 +49,7 @@ import cuda.tile as ct
 import numpy as np
 
 from cutile_rms._device import INTERPRET_DEVICE
+from cutile_rms._tile import python_function
 
 __all__ = [
     "INTERPRET_NUM_SMS",
@@ -658,10 +660,6 @@ for _name, _fn in _EMULATED.items():
 # Rebinding kernels, and launching
 
 
-def _is_tile_function(obj) -> bool:
-    return bool(getattr(obj, "_cutile_function_wrapper", False)) and hasattr(obj, "__wrapped__")
-
-
 @functools.lru_cache(maxsize=256)  # one entry per kernel or tile helper ever interpreted
 def _rebind(fn: types.FunctionType) -> types.FunctionType:
     """A copy of fn whose globals map `ct` to the emulation, and each tile helper it calls to
@@ -671,10 +669,8 @@ def _rebind(fn: types.FunctionType) -> types.FunctionType:
         value = env.get(name)
         if value is ct:
             env[name] = _ct_emulated
-        elif _is_tile_function(value):
-            env[name] = _rebind(value.__wrapped__)
-        elif isinstance(value, ct.kernel):
-            env[name] = _rebind(value._pyfunc)
+        elif python_function(value) is not None:  # a tile helper or kernel of ours (cutile_rms._tile)
+            env[name] = _rebind(python_function(value))
     new = types.FunctionType(fn.__code__, env, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
     return new
@@ -709,10 +705,14 @@ def launch(grid, kernel, args) -> None:
     dims = (grid + (1, 1, 1))[:3]
     if len(grid) > 3 or any(d < 1 for d in dims):
         raise InterpreterError(f"a grid has 1 to 3 dimensions, each >= 1; got {grid}")
-    fn = _rebind(kernel._pyfunc)
-    consts = _constant_params(kernel._pyfunc)
+    pyfunc = python_function(kernel)
+    if pyfunc is None:
+        raise TypeError("the interpreter runs kernels defined with cutile_rms._tile.tile_kernel (it needs the Python "
+                        "function, which cuTile keeps private)")  # fmt: skip
+    fn = _rebind(pyfunc)
+    consts = _constant_params(pyfunc)
     if len(args) != len(consts):
-        raise TypeError(f"{kernel._pyfunc.__name__} takes {len(consts)} arguments, got {len(args)}")
+        raise TypeError(f"{pyfunc.__name__} takes {len(consts)} arguments, got {len(args)}")
     kargs = [_kernel_arg(a, c) for a, c in zip(args, consts, strict=False)]
     blocks = list(itertools.product(range(dims[0]), range(dims[1]), range(dims[2])))
     _grid.dims = dims

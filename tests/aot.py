@@ -29,6 +29,7 @@ import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
 
 from bench.probes.sass import static as static_rows
+from cutile_rms._tile import python_function
 from cutile_rms.experimental.fused_add import launch as FL
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
@@ -521,7 +522,7 @@ def _int64_jobs(add, planned):
     INT64_KERNELS with every array so indexed (their parameter buffers hold int64 shapes and
     strides: cutile_rms._abi)."""
     for name in INT64_KERNELS:
-        label, kernel, params = next(job for job in planned if job[1]._pyfunc.__name__ == name)
+        label, kernel, params = next(job for job in planned if python_function(job[1]).__name__ == name)
         wide = [dataclasses.replace(p, index_dtype=ct.int64) if isinstance(p, ArrayConstraint) else p for p in params]
         add(f"int64 index: {label}", kernel, wide)
 
@@ -582,7 +583,9 @@ def _signature_key(kernel, params) -> tuple:
             return "array", p.ndim, str(p.index_dtype)
         return "scalar", str(p.dtype)
 
-    return kernel._pyfunc.__name__, tuple(kind(p) for p in params if isinstance(p, ArrayConstraint | ScalarConstraint))
+    return python_function(kernel).__name__, tuple(
+        kind(p) for p in params if isinstance(p, ArrayConstraint | ScalarConstraint)
+    )
 
 
 @functools.lru_cache(maxsize=4)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cutile_rms._tile import python_function
 from cutile_rms.rmsnorm import autotune as A
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import kernels as K
@@ -498,7 +499,7 @@ def test_signatures_are_the_kernels():
     kernels = {name: obj for name, obj in vars(K).items() if isinstance(obj, ct.kernel)}
     assert set(kernels) == set(S.PARAMS)
     for name, kernel in kernels.items():
-        assert tuple(inspect.signature(kernel._pyfunc).parameters) == S.PARAMS[name], name
+        assert tuple(inspect.signature(python_function(kernel)).parameters) == S.PARAMS[name], name
     assert set(S.FORWARD.values()) | set(S.BACKWARD.values()) <= set(S.PARAMS)
     with pytest.raises(KeyError, match="rstd_out"):
         S.arguments("rms_fwd_tile", {"x": 0, "w": 0, "y": 0})

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cutile_rms import interpret, rms_norm, rms_norm_backward, rms_norm_forward
+from cutile_rms._tile import python_function
 from cutile_rms.rmsnorm.launch import casting_code
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
@@ -45,7 +46,7 @@ def test_signatures_are_the_kernels():
         K.rows_bwd_lanes,
     } == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
-        assert tuple(inspect.signature(kernel._pyfunc).parameters) == params
+        assert tuple(inspect.signature(python_function(kernel)).parameters) == params
 
 
 def test_pieces():

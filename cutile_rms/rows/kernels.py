@@ -43,6 +43,7 @@ from typing import Annotated
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import (
     RESIDUAL_ADD,
     RESIDUAL_NONE,
@@ -61,13 +62,13 @@ DYNAMIC = {}  # kernel object -> the same kernel with runtime layouts (row_kerne
 
 
 def row_kernel(fn):
-    """@ct.kernel of fn, whose arrays take static layouts, and a second kernel object of the same
+    """tile_kernel (@ct.kernel) of fn, whose arrays take static layouts, and a second kernel object of the same
     code with runtime layouts (its annotations without ct.ArrayAnnotation) kept in DYNAMIC."""
     twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     twin.__qualname__, twin.__module__, twin.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     twin.__annotations__ = {k: ct.Array if v in (RowArray, RowVector) else v for k, v in fn.__annotations__.items()}
-    kernel = ct.kernel(fn)
-    DYNAMIC[kernel] = ct.kernel(twin)
+    kernel = tile_kernel(fn)
+    DYNAMIC[kernel] = tile_kernel(twin)
     return kernel
 
 
@@ -86,7 +87,7 @@ LOADS_TMA = 1
 LOADS_GATHER = 2
 
 
-@ct.function
+@tile_function
 def _indices(ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT):
     """Element indices of piece j of row tile (ia, ib), for gather and scatter."""
     ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1))
@@ -95,7 +96,7 @@ def _indices(ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT):
     return ra, rb, c
 
 
-@ct.function
+@tile_function
 def _load(a, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """Piece j of row tile (ia, ib): zero-padded where CHECK (gathered with LOADS_GATHER), else
     without bounds checks (plain loads: unchecked loads of unaligned rows issue without branches)."""
@@ -107,7 +108,7 @@ def _load(a, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, L
         return ct.load(a, (ia, ib, j), (TILE_A, TILE_B, W), check_bounds=False, allow_tma=LOADS == LOADS_TMA)
 
 
-@ct.function
+@tile_function
 def _store(a, ia, ib, j, t, CHECK: C_BOOL, LOADS: C_INT):
     """Tile t into piece j of row tile (ia, ib), dropping what lies past a's bounds where CHECK
     (scattered with LOADS_GATHER)."""
@@ -117,7 +118,7 @@ def _store(a, ia, ib, j, t, CHECK: C_BOOL, LOADS: C_INT):
         ct.store(a, (ia, ib, j), t, check_bounds=CHECK, allow_tma=False)
 
 
-@ct.function
+@tile_function
 def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
     """(1, 1, W) fp32 offset + w of piece j (1 without a weight)."""
     if HAS_WEIGHT:
@@ -132,7 +133,7 @@ def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_
         return ct.full((1, 1, W), 1.0, dtype=ct.float32)
 
 
-@ct.function
+@tile_function
 def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):
     """(1, 1, W) offset + w of each piece (an absent piece gets piece 0's, never used); with
     CHECK_N only the last piece can overhang N."""
@@ -146,13 +147,13 @@ def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHE
     return w0, w1, w2
 
 
-@ct.function
+@tile_function
 def _sum_sq(t):
     f = ct.astype(t, ct.float32)
     return ct.sum(f * f, axis=2, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _pieces(W0: C_INT, W1: C_INT, W2: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL):
     """(j1, j2, check0, check1, check2): the column-tile indices of pieces 1 and 2, and whether
     each piece's accesses need bounds checks (CHECK_A, or CHECK_N for the last piece)."""
@@ -161,7 +162,7 @@ def _pieces(W0: C_INT, W1: C_INT, W2: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL):
     return j1, j2, CHECK_A or (CHECK_N and W1 == 0), CHECK_A or (CHECK_N and W1 > 0 and W2 == 0), CHECK_A or CHECK_N
 
 
-@ct.function
+@tile_function
 def _load_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, C0: C_BOOL,
                    C1: C_BOOL, C2: C_BOOL, LOADS: C_INT):  # fmt: skip
     """(x0, x1, x2, sum of squares per row) of row tile (ia, ib); an absent piece is x0."""
@@ -178,7 +179,7 @@ def _load_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W
     return x0, x1, x2, ss
 
 
-@ct.function
+@tile_function
 def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, CHECK: C_BOOL, LOADS: C_INT,
                STORE: C_BOOL):  # fmt: skip
     """s = x + r (an fp32 add rounded once to s_out's dtype) of one piece, stored to s_out with
@@ -190,7 +191,7 @@ def _add_piece(x, r, s_out, ia, ib, j, TILE_A: C_INT, TILE_B: C_INT, W: C_INT, C
     return st
 
 
-@ct.function
+@tile_function
 def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
                   C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, LOADS: C_INT, STORE: C_BOOL):  # fmt: skip
     """_load_row_tile of s = x + r (stored to s_out as it goes with STORE)."""
@@ -207,13 +208,13 @@ def _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0:
     return s0, s1, s2, ss
 
 
-@ct.function
+@tile_function
 def _tile(t, tiles_b):
     """(ia, ib) of row tile t."""
     return t // tiles_b, t % tiles_b
 
 
-@ct.function
+@tile_function
 def _mean(total, n, LOADS: C_INT):
     """total / n per row, as _rstd divides: times 1 / n on gathered tiles, divided on plain ones."""
     if LOADS == LOADS_GATHER:
@@ -222,7 +223,7 @@ def _mean(total, n, LOADS: C_INT):
         return total / n
 
 
-@ct.function
+@tile_function
 def _rstd(ss, n, eps, LOADS: C_INT):
     """1 / sqrt(ss / n + eps) of the rows' sums of squares. Gathered tiles spread each row over
     the whole block, so every thread holds every row of the tile: there ss is multiplied by 1 / n
@@ -232,7 +233,7 @@ def _rstd(ss, n, eps, LOADS: C_INT):
     return ct.rsqrt(_mean(ss, n, LOADS) + eps)
 
 
-@ct.function
+@tile_function
 def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
               W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT,
               C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
@@ -252,7 +253,7 @@ def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A:
         ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CA, allow_tma=False)
 
 
-@ct.function
+@tile_function
 def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
     """Whether row tile ia is known to lie inside A, so that its rows need no bounds checks:
     gathered tiles (LOADS_GATHER) of a kernel that can overhang A (CHECK_A) take the unchecked
@@ -286,7 +287,7 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
                       HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
 
 
-@ct.function
+@tile_function
 def _dw(dyf, xhat, x_dtype, ROUND_XHAT: C_BOOL):
     """dy * xhat of the tile's rows, element by element, xhat rounded to x's dtype first with
     ROUND_XHAT (llama and none casting: the derivative of what the forward computed). The
@@ -297,14 +298,14 @@ def _dw(dyf, xhat, x_dtype, ROUND_XHAT: C_BOOL):
     return dyf * xhat
 
 
-@ct.function
+@tile_function
 def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
     """The sum over a (TILE_A, TILE_B, W) accumulator's rows into row bid of dw_partial."""
     total = ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True)
     ct.store(dw_partial, (ct.bid(0), j), ct.reshape(total, (1, W)), check_bounds=CHECK, allow_tma=False)
 
 
-@ct.function
+@tile_function
 def _grad(xr, dr, rstd, wp):
     """(xhat, dy, wdy) of one loaded piece, fp32, and its share of sum(wdy * xhat) per row."""
     xhat = ct.astype(xr, ct.float32) * rstd
@@ -313,7 +314,7 @@ def _grad(xr, dr, rstd, wp):
     return xhat, dyf, wdy, ct.sum(wdy * xhat, axis=2, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
                C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
     """What rows_bwd reads of row tile (ia, ib): rstd as (TILE_A, TILE_B, 1) and each piece of x
@@ -337,7 +338,7 @@ def _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0:
     return ct.reshape(r2, (TILE_A, TILE_B, 1)), x0, d0, x1, d1, x2, d2
 
 
-@ct.function
+@tile_function
 def _bwd_math(n, dx, rstd, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1: C_INT, W2: C_INT,
               HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, LOADS: C_INT):  # fmt: skip
     """rows_bwd's work on the loaded row tile (ia, ib) of n-element rows: dx stored, with bounds
@@ -442,14 +443,14 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
 # session 17).
 
 
-@ct.function
+@tile_function
 def _lane_columns(L: C_INT, K: C_INT):
     """(1, 1, L, K) column indices l * K + k of a lanes tile."""
     return ct.reshape(ct.arange(L, dtype=ct.int32) * K, (1, 1, L, 1)) + ct.reshape(ct.arange(K, dtype=ct.int32),
                                                                                    (1, 1, 1, K))  # fmt: skip
 
 
-@ct.function
+@tile_function
 def _lane_indices(ia, ib, c, TILE_A: C_INT, TILE_B: C_INT):
     """Gather indices of lanes tile (ia, ib) with columns c."""
     ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1, 1, 1))
@@ -457,7 +458,7 @@ def _lane_indices(ia, ib, c, TILE_A: C_INT, TILE_B: C_INT):
     return ra, rb, c
 
 
-@ct.function
+@tile_function
 def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL):
     """(1, 1, L, K) fp32 offset + w at columns c (1 without a weight; 0 + offset past N)."""
     if HAS_WEIGHT:
@@ -466,14 +467,14 @@ def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL):
         return ct.full((1, 1, L, K), 1.0, dtype=ct.float32)
 
 
-@ct.function
+@tile_function
 def _lane_sum(t):
     """(TILE_A, TILE_B, 1, 1) sums of a lanes tile's rows: over L within each lane, then over
     the K lanes (shuffles within one warp)."""
     return ct.sum(ct.sum(t, axis=2, keepdims=True), axis=3, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _store_lanes(a, ia, ib, t):
     """Lanes tile t into row tile (ia, ib) of a, with one ct.store (see above); the columns past
     N and the rows past A are dropped."""
@@ -481,7 +482,7 @@ def _store_lanes(a, ia, ib, t):
     ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
 
 
-@ct.kernel
+@tile_kernel
 def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
                    HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
@@ -500,7 +501,7 @@ def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
 
-@ct.function
+@tile_function
 def _lanes_loads(x, dy, rstd_in, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
     """(rstd as (TILE_A, TILE_B, 1, 1), x, dy) of lanes tile t, gathered (0 past N and A)."""
     ia, ib = _tile(t, tiles_b)
@@ -513,7 +514,7 @@ def _lanes_loads(x, dy, rstd_in, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
     )
 
 
-@ct.function
+@tile_function
 def _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n):
     """dx of a loaded lanes tile, stored; returns (dy, xhat) in fp32."""
     xhat = ct.astype(xt, ct.float32) * rstd
@@ -524,7 +525,7 @@ def _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n):
     return dyf, xhat
 
 
-@ct.kernel
+@tile_kernel
 def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
                    HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, PREFETCH: C_BOOL):  # fmt: skip
     """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
@@ -567,12 +568,12 @@ def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TIL
 # last one (past N) is gathered on unaligned rows, a zero-padded plain load on aligned ones (LOADS).
 
 
-@ct.function
+@tile_function
 def _long_chunk(a, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     return _load(a, ia, ib, j, 1, 1, TILE_N, CHECK, LOADS)
 
 
-@ct.function
+@tile_function
 def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
             LOADS: C_INT):  # fmt: skip
     """y of chunk j of row (ia, ib)."""
@@ -581,7 +582,7 @@ def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS
     _store(y, ia, ib, j, ct.astype(yt, y.dtype), CHECK, LOADS)
 
 
-@ct.function
+@tile_function
 def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
     """wdy * x of chunk j of row (ia, ib), element by element, fp32."""
     wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
@@ -590,7 +591,7 @@ def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOO
     return dyf * wp * xf
 
 
-@ct.function
+@tile_function
 def _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """(1, 1, 1) fp32 sum of wdy * x over row (ia, ib): the ``full`` whole chunks unchecked, then
     the last one, past N, checked; added element by element in a chunk-shaped accumulator and
@@ -604,7 +605,7 @@ def _long_row_dot(x, dy, w, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_B
     return ct.sum(acc, axis=2, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _long_row_c(x, dy, w, rstd_in, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """((1, 1, 1) rstd, c = mean(wdy * xhat)) of row (ia, ib)."""
     rstd = ct.reshape(ct.load(rstd_in, (ia, ib), (1, 1), allow_tma=False), (1, 1, 1))
@@ -612,7 +613,7 @@ def _long_row_c(x, dy, w, rstd_in, ia, ib, offset, full, TILE_N: C_INT, HAS_WEIG
     return rstd, _mean(dot * rstd, x.shape[2], LOADS)
 
 
-@ct.function
+@tile_function
 def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """(1, 1, TILE_N) fp32 squares of chunk j of row (ia, ib)."""
     f = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
@@ -651,7 +652,7 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
 
-@ct.kernel
+@tile_kernel
 def rows_dot_long(x, dy, w, rstd_in, c_out, offset, chunks, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, LOADS: C_INT):
     """The long-row backward's first step: c = mean(wdy * xhat) of each row into c_out ((A, B)
     fp32); blocks stride over the rows. chunks: N // TILE_N (as for rows_fwd_long)."""
@@ -662,7 +663,7 @@ def rows_dot_long(x, dy, w, rstd_in, c_out, offset, chunks, TILE_N: C_INT, HAS_W
         ct.store(c_out, (ia, ib), ct.reshape(c, (1, 1)), allow_tma=False)
 
 
-@ct.function
+@tile_function
 def _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK: C_BOOL, LOADS: C_INT):
     """dx = rstd * (wdy - xhat * c) of chunk j of row (ia, ib) from its loaded x and dy, stored;
     returns (dy, xhat) in fp32."""
@@ -672,7 +673,7 @@ def _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK: C_BOOL, LOADS: C_INT)
     return dyf, xhat
 
 
-@ct.function
+@tile_function
 def _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """_long_dx_of chunk j of row (ia, ib), loaded here."""
     xr = _long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS)
@@ -680,7 +681,7 @@ def _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LO
     return _long_dx_of(xr, dr, wp, rstd, c, dx, ia, ib, j, CHECK, LOADS)
 
 
-@ct.function
+@tile_function
 def _long_chunk_loads(x, dy, rstd_in, c_in, t, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
     """(rstd, c, x chunk, dy chunk) of chunk j of row t."""
     ia, ib = _tile(t, x.shape[1])
@@ -689,7 +690,7 @@ def _long_chunk_loads(x, dy, rstd_in, c_in, t, j, TILE_N: C_INT, CHECK: C_BOOL, 
     return rstd, c, _long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), _long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS)
 
 
-@ct.function
+@tile_function
 def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
                     ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
     """Block (g, j) of rows_bwd_long. fp16 and fp32 blocks read the next row's chunk (clamped to
@@ -723,7 +724,7 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
         ct.store(dw_partial, (ct.bid(0), j), ct.reshape(acc, (1, TILE_N)), allow_tma=False)
 
 
-@ct.kernel
+@tile_kernel
 def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
                   ROUND_XHAT: C_BOOL, LOADS: C_INT):  # fmt: skip
     """The long-row backward's second step, on a 2-D grid (row groups, chunks): block (g, j)
@@ -736,7 +737,7 @@ def rows_bwd_long(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_INT
         _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N, HAS_WEIGHT, ROUND_XHAT, True, LOADS)
 
 
-@ct.function
+@tile_function
 def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL,
                    ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
     """dx of chunk j of row (ia, ib), and its dy * xhat added into the block's dW partials

@@ -27,6 +27,7 @@ is MIN_SCALE.
 import cuda.tile as ct
 
 from cutile_rms._launch import experimental_kernel
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import _normalize, _weight_row
 from cutile_rms.rows.kernels import (
     LOADS_PLAIN,
@@ -57,7 +58,7 @@ FMT_E5M2 = 1  # float8_e5m2: 57344
 MIN_SCALE = 2.0**-126
 
 
-@ct.function
+@tile_function
 def _fp8_max(FMT: C_INT):
     if FMT == FMT_E4M3:
         return 448.0
@@ -65,19 +66,19 @@ def _fp8_max(FMT: C_INT):
         return 57344.0
 
 
-@ct.function
+@tile_function
 def _value(xt, rstd, wp, CASTING: C_INT, HAS_WEIGHT: C_BOOL):
     """v of one piece, fp32 (the unquantized op's y before its final rounding)."""
     return ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), ct.float32)
 
 
-@ct.function
+@tile_function
 def _row_amax(v):
     """(TILE_A, TILE_B, 1) max |v| per row (NaN dropped)."""
     return ct.max(ct.abs(v), axis=2, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _fp8_dtype(FMT: C_INT):
     if FMT == FMT_E4M3:
         return ct.float8_e4m3fn
@@ -85,7 +86,7 @@ def _fp8_dtype(FMT: C_INT):
         return ct.float8_e5m2
 
 
-@ct.function
+@tile_function
 def _quantize(v, inv_s, dtype, FMT: C_INT):
     """v * inv_s (inv_s = 1 / s, the scale's reciprocal) rounded to the FP8 format FMT, saturated
     to +-max (a NaN stays NaN), as dtype: the FP8 dtype itself or int8 (its bits, for frameworks
@@ -100,27 +101,27 @@ def _quantize(v, inv_s, dtype, FMT: C_INT):
     return ct.bitcast(ct.astype(q, _fp8_dtype(FMT)), dtype)
 
 
-@ct.function
+@tile_function
 def _all_max(t):
     """(1, 1, 1) max of a 3-D tile."""
     return ct.max(ct.max(ct.max(t, axis=0, keepdims=True), axis=1, keepdims=True), axis=2, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _publish_amax(stat, block_max):
     """stat[0] (int32 bits of an fp32 >= 0) <- max(stat[0], block_max)."""
     bits = ct.bitcast(ct.reshape(block_max, (1,)), ct.int32)
     ct.atomic_max(stat, ct.zeros((1,), dtype=ct.int32), bits, memory_order=_RELAXED, memory_scope=_DEVICE)
 
 
-@ct.function
+@tile_function
 def _static_inverse(scale):
     """(1, 1, 1) 1 / the static scale (one division per block)."""
     return 1.0 / ct.reshape(ct.load(scale, (0,), (1,), allow_tma=False), (1, 1, 1))
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
                  W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL,
                  FMT: C_INT, ADD_RESIDUAL: C_BOOL, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
@@ -171,7 +172,7 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
         _publish_amax(stat, block_max)
 
 
-@ct.function
+@tile_function
 def _chunk(x, s_out, ia, ib, j, TILE_N: C_INT, ADD_RESIDUAL: C_BOOL):
     """Chunk j of the row being normalized: of s_out (stored by the first pass) with a residual."""
     if ADD_RESIDUAL:
@@ -181,7 +182,7 @@ def _chunk(x, s_out, ia, ib, j, TILE_N: C_INT, ADD_RESIDUAL: C_BOOL):
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_N: C_INT, CASTING: C_INT,
                     HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, DYNAMIC: C_BOOL, FMT: C_INT,
                     ADD_RESIDUAL: C_BOOL):  # fmt: skip
@@ -227,7 +228,7 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def tiled_fwd_fp8_t(x, w, y, y_t, rstd_out, scale, stat, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                     HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, FMT: C_INT):  # fmt: skip
     """y ((M, N), FP8) and its transpose y_t ((N, M), FP8, contiguous), static scale only.

@@ -17,6 +17,7 @@ sum is the identity: ds = d(rms_norm)/ds + dres goes to both x and r.
 import cuda.tile as ct
 
 from cutile_rms._launch import experimental_kernel
+from cutile_rms._tile import tile_kernel
 from cutile_rms.rmsnorm.kernels import (
     RESIDUAL_ADD,
     _bwd_chunk_cols,
@@ -30,7 +31,7 @@ C_BOOL = ct.Constant[bool]
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT,
                        CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
                        LATENCY: C_INT):  # fmt: skip
@@ -41,7 +42,7 @@ def fused_add_fwd_tile(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, 
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT,
                              CASTING: C_INT, HAS_WEIGHT: C_BOOL, RESIDUAL: C_INT, CHECK_BOUNDS: C_BOOL,
                              TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
@@ -52,7 +53,7 @@ def fused_add_fwd_tile_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, TAIL: C_INT, CASTING: C_INT,
                                HAS_WEIGHT: C_BOOL, CHECK_BOUNDS: C_BOOL, TMA_STORE: C_BOOL,
                                LATENCY: C_INT):  # fmt: skip
@@ -63,7 +64,7 @@ def fused_add_fwd_tile_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_IN
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                           HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Training forward for rows longer than one tile (two passes over column chunks)."""
@@ -72,7 +73,7 @@ def fused_add_fwd_chunked(x, r, w, y, s_out, rstd_out, eps, offset, TILE_M: C_IN
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_chunked_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                                 HAS_WEIGHT: C_BOOL, RESIDUAL: C_INT, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """Inference forward for long rows: y and s (or y only, as fused_add_fwd_tile_infer), no
@@ -82,7 +83,7 @@ def fused_add_fwd_chunked_infer(x, r, w, y, s_out, eps, offset, TILE_M: C_INT, T
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_fwd_chunked_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C_INT, CASTING: C_INT,
                                   HAS_WEIGHT: C_BOOL, TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
     """In-place inference forward for long rows: the first pass writes s into r, the second
@@ -92,7 +93,7 @@ def fused_add_fwd_chunked_inplace(x, r, w, eps, offset, TILE_M: C_INT, TILE_N: C
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_bwd_tile(s, dy, dres, w, rstd_in, dx, dr, dw_partial, offset, TILE_M: C_INT, TILE_N: C_INT,
                        HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL,
                        TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip
@@ -102,7 +103,7 @@ def fused_add_bwd_tile(s, dy, dres, w, rstd_in, dx, dr, dw_partial, offset, TILE
 
 
 @experimental_kernel
-@ct.kernel
+@tile_kernel
 def fused_add_bwd_chunked(s, dy, dres, w, rstd_in, c_in, dx, dr, dw_partial, offset, TILE_M: C_INT, TILE_N: C_INT,
                           HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, ADD_DRES: C_BOOL, TWO_OUTPUTS: C_BOOL,
                        TMA_STORE: C_BOOL, LATENCY: C_INT):  # fmt: skip

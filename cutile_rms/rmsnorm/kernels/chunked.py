@@ -4,6 +4,7 @@ forward reads each row twice (sum of squares, then normalize); the backward runs
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels.common import (
     RESIDUAL_ADD,
     RESIDUAL_NONE,
@@ -19,7 +20,7 @@ from cutile_rms.rmsnorm.kernels.common import (
 )
 
 
-@ct.function
+@tile_function
 def _fwd_chunked_rows(
     x,
     r,
@@ -76,7 +77,7 @@ def _fwd_chunked_rows(
             ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_chunked(
     x,
     w,
@@ -96,7 +97,7 @@ def rms_fwd_chunked(
                       False, TMA_STORE, LATENCY)  # fmt: skip
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_chunked_infer(
     x,
     w,
@@ -115,7 +116,7 @@ def rms_fwd_chunked_infer(
                       TMA_STORE, LATENCY)  # fmt: skip
 
 
-@ct.kernel
+@tile_kernel
 def rms_bwd_row_dot(
     x,
     dy,
@@ -137,7 +138,7 @@ def rms_bwd_row_dot(
         ct.store(c_out, (i,), ct.reshape(acc * rstd / n, (TILE_M,)))
 
 
-@ct.function
+@tile_function
 def _bwd_chunk_cols(
     x,
     dy,
@@ -183,7 +184,7 @@ def _bwd_chunk_cols(
         ct.store(dw_partial, (g, j), dw_acc)
 
 
-@ct.kernel
+@tile_kernel
 def rms_bwd_chunked(
     x,
     dy,

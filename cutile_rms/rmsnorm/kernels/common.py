@@ -4,6 +4,8 @@ loads and stores with the memory knobs, the residual add, the row dot of the bac
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function
+
 ZERO = ct.PaddingMode.ZERO
 _RELAXED = ct.MemoryOrder.RELAXED  # the split kernels' exchanges
 _DEVICE = ct.MemoryScope.DEVICE
@@ -14,7 +16,7 @@ CAST_GEMMA = 1  # everything in fp32, one rounding of y at the end
 CAST_NONE = 2  # fp32 mean of squares; rstd, xhat and y computed in the input dtype
 
 
-@ct.function
+@tile_function
 def _weight_row(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
     """(1, TILE_N) fp32 tile of offset + w for column chunk j (1 when there is no weight)."""
     if HAS_WEIGHT:
@@ -24,7 +26,7 @@ def _weight_row(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[
         return ct.full((1, TILE_N), 1.0, dtype=ct.float32)
 
 
-@ct.function
+@tile_function
 def _weight_row_plain(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
     """_weight_row by plain loads (no TMA): for code off a kernel's main path, where a TMA load
     makes tileiras add a producer warp and lower every thread's register budget."""
@@ -35,7 +37,7 @@ def _weight_row_plain(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Con
         return ct.full((1, TILE_N), 1.0, dtype=ct.float32)
 
 
-@ct.function
+@tile_function
 def _normalize(xt, rstd, wp, CASTING: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
     """y = xhat * (offset + w) for one (TILE_M, TILE_N) tile, rounded as the casting mode says.
 
@@ -62,7 +64,7 @@ def _normalize(xt, rstd, wp, CASTING: ct.Constant[int], HAS_WEIGHT: ct.Constant[
             return xhat
 
 
-@ct.function
+@tile_function
 def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
     """(1, TILE_N) sum over the tile's rows of dy * xhat. With ROUND_XHAT (llama and none
     casting) xhat is first rounded to the input dtype, as the forward multiplied the weight by
@@ -73,7 +75,7 @@ def _dw_rows(dyf, xhat, x_dtype, ROUND_XHAT: ct.Constant[bool]):
         return ct.sum(dyf * xhat, axis=0, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _load_tile(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], LATENCY: ct.Constant[int]):
     """Tile (i, j) of a, zero-padded, with the latency hint LATENCY (0: none)."""
     if LATENCY == 0:
@@ -82,7 +84,7 @@ def _load_tile(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], LATE
         return ct.load(a, (i, j), (TILE_M, TILE_N), padding_mode=ZERO, latency=LATENCY)
 
 
-@ct.function
+@tile_function
 def _load_rows(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], CHECK_BOUNDS: ct.Constant[bool],
                LATENCY: ct.Constant[int]):  # fmt: skip
     """Tile (i, j) of a, zero-padded; or, with CHECK_BOUNDS=False (the caller guarantees the
@@ -96,7 +98,7 @@ def _load_rows(a, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], CHEC
         return ct.load(a, (i, j), (TILE_M, TILE_N), check_bounds=False, latency=LATENCY)
 
 
-@ct.function
+@tile_function
 def _store_tile(a, i, j, t, TMA_STORE: ct.Constant[bool], CHECK_BOUNDS: ct.Constant[bool]):
     """Stores tile t at tile index (i, j) of a; TMA_STORE=False forbids a TMA store."""
     if TMA_STORE:
@@ -113,7 +115,7 @@ RESIDUAL_ADD = 1
 RESIDUAL_ADD_UNSTORED = 2
 
 
-@ct.function
+@tile_function
 def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
                   CHECK_BOUNDS: ct.Constant[bool], TMA_STORE: ct.Constant[bool], LATENCY: ct.Constant[int],
                   STORE_SUM: ct.Constant[bool]):  # fmt: skip
@@ -127,7 +129,7 @@ def _add_residual(xt, r, s_out, i, j, TILE_M: ct.Constant[int], TILE_N: ct.Const
     return st
 
 
-@ct.function
+@tile_function
 def _tail_weight(w, wp, offset, TILE_N: ct.Constant[int], TAIL: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
     """The tail tile's (1, TAIL) offset + w (TAIL > 0); wp itself, unused, when there is no tail."""
     if TAIL > 0:
@@ -136,7 +138,7 @@ def _tail_weight(w, wp, offset, TILE_N: ct.Constant[int], TAIL: ct.Constant[int]
         return wp
 
 
-@ct.function
+@tile_function
 def _dx_out(dx, dr, dres, i, j, dxf, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int],
             ADD_DRES: ct.Constant[bool], TWO_OUTPUTS: ct.Constant[bool], TMA_STORE: ct.Constant[bool],
             LATENCY: ct.Constant[int]):  # fmt: skip
@@ -150,7 +152,7 @@ def _dx_out(dx, dr, dres, i, j, dxf, TILE_M: ct.Constant[int], TILE_N: ct.Consta
         _store_tile(dr, i, j, ct.astype(dxf, dr.dtype), TMA_STORE, True)
 
 
-@ct.function
+@tile_function
 def _row_wdy_x(x, dy, w, i, offset, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool],
                TMA: ct.Constant[bool]):  # fmt: skip
     """Row tile i's (TILE_M, 1) fp32 sums of wdy * x over whole rows, TILE_N columns at a time

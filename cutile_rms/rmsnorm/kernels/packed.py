@@ -3,6 +3,7 @@ word), and its dW reduction."""
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels.common import ZERO, _dw_rows, _load_tile, _store_tile
 
 # Packed 16-bit backward (kernel "packed"). x, dy, dx and the weight arrive as int32 views: a
@@ -16,7 +17,7 @@ HALF_FP16 = 1
 _HIGH_HALF = -65536  # 0xFFFF0000 as an int32
 
 
-@ct.function
+@tile_function
 def _half_dtype(HALF: ct.Constant[int]):
     if HALF == HALF_BF16:
         return ct.bfloat16
@@ -24,7 +25,7 @@ def _half_dtype(HALF: ct.Constant[int]):
         return ct.float16
 
 
-@ct.function
+@tile_function
 def _unpack(t, HALF: ct.Constant[int]):
     """(even, odd) fp32 tiles of an int32 tile of 16-bit pairs. bf16 widens by a shift (its
     bits are an fp32's upper half); fp16 goes through int16 (arithmetic shifts keep each half's
@@ -37,7 +38,7 @@ def _unpack(t, HALF: ct.Constant[int]):
         return ct.astype(lo, ct.float32), ct.astype(hi, ct.float32)
 
 
-@ct.function
+@tile_function
 def _pack(lo, hi, HALF: ct.Constant[int]):
     """int32 words of (lo, hi) fp32 tiles, each rounded to the 16-bit type (round to nearest
     even, by astype)."""
@@ -46,7 +47,7 @@ def _pack(lo, hi, HALF: ct.Constant[int]):
     return (lo16 & 65535) | (hi16 << 16)
 
 
-@ct.function
+@tile_function
 def _weight_pair(w, j, offset, TILE_W: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool], HALF: ct.Constant[int]):
     """(even, odd) (1, TILE_W) fp32 tiles of offset + w for word tile j (1 without a weight)."""
     if HAS_WEIGHT:
@@ -57,7 +58,7 @@ def _weight_pair(w, j, offset, TILE_W: ct.Constant[int], HAS_WEIGHT: ct.Constant
         return one, one
 
 
-@ct.function
+@tile_function
 def _packed_terms(x, dy, i, j, rstd, w_lo, w_hi, TILE_M: ct.Constant[int], TILE_W: ct.Constant[int],
                   HALF: ct.Constant[int], LATENCY: ct.Constant[int]):  # fmt: skip
     """Word tile (i, j) of a row tile: (dy, xhat, wdy) as (even, odd) fp32 pairs, and its share
@@ -72,7 +73,7 @@ def _packed_terms(x, dy, i, j, rstd, w_lo, w_hi, TILE_M: ct.Constant[int], TILE_
     return dy_lo, dy_hi, xhat_lo, xhat_hi, wdy_lo, wdy_hi, part
 
 
-@ct.function
+@tile_function
 def _packed_dx(
     dx, i, j, xhat_lo, xhat_hi, wdy_lo, wdy_hi, c, rstd, HALF: ct.Constant[int], TMA_STORE: ct.Constant[bool]
 ):
@@ -80,14 +81,14 @@ def _packed_dx(
     _store_tile(dx, i, j, _pack((wdy_lo - xhat_lo * c) * rstd, (wdy_hi - xhat_hi * c) * rstd, HALF), TMA_STORE, True)
 
 
-@ct.function
+@tile_function
 def _store_dw_pair(dw_partial, j, dw_lo, dw_hi, TILE_W: ct.Constant[int]):
     """This block's (even, odd) dW sums of word tile j, to dw_partial[bid, 0 / 1, tile j]."""
     ct.store(dw_partial, (ct.bid(0), 0, j), ct.reshape(dw_lo, (1, 1, TILE_W)))
     ct.store(dw_partial, (ct.bid(0), 1, j), ct.reshape(dw_hi, (1, 1, TILE_W)))
 
 
-@ct.kernel
+@tile_kernel
 def rms_bwd_packed(
     x,
     dy,
@@ -145,7 +146,7 @@ def rms_bwd_packed(
             _store_dw_pair(dw_partial, jt, dv_lo, dv_hi, TAIL_W)
 
 
-@ct.kernel
+@tile_kernel
 def dw_reduce_packed(dw_partial, dw, TILE_G: ct.Constant[int], TILE_W: ct.Constant[int], HALF: ct.Constant[int]):
     """dw = the sum over g of dw_partial[g] ((G, 2, n/2) fp32, even and odd columns apart), in
     a fixed order, stored to dw as packed words ((n/2,) int32 view of a 16-bit dW)."""

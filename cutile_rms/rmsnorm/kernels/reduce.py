@@ -2,10 +2,11 @@
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_kernel
 from cutile_rms.rmsnorm.kernels.common import ZERO
 
 
-@ct.kernel
+@tile_kernel
 def dw_reduce(dw_partial, dw, TILE_G: ct.Constant[int], TILE_N: ct.Constant[int]):
     """dw[n] = sum over g of dw_partial[g, n], in fp32, in a fixed order; stored in dw's dtype.
 

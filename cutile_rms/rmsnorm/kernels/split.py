@@ -4,6 +4,7 @@ kernels read every row twice). No block waits for a partner without bound (SPIN_
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels.common import (
     _DEVICE,
     _RELAXED,
@@ -58,12 +59,12 @@ FALLBACK_N = 512
 # (bench/NOTES.md, session 24). Every shipped split entry stored without TMA already.
 
 
-@ct.function
+@tile_function
 def _slot_rows(i, TILE_M: ct.Constant[int]):
     return ct.reshape(ct.arange(TILE_M, dtype=ct.int32) + i * TILE_M, (TILE_M, 1))
 
 
-@ct.function
+@tile_function
 def _publish(slots, i, s, part, TILE_M: ct.Constant[int]):
     """Publishes part ((TILE_M, 1) fp32, this block's partial sums for row tile i) into
     column s of the slots."""
@@ -72,7 +73,7 @@ def _publish(slots, i, s, part, TILE_M: ct.Constant[int]):
     ct.atomic_xchg(slots, (_slot_rows(i, TILE_M), s), flagged, memory_order=_RELAXED, memory_scope=_DEVICE)
 
 
-@ct.function
+@tile_function
 def _read_slots(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     """Row tile i's (TILE_M, SLOTS_W) slots, by an atomic add of 0 (always read from L2);
     columns past SPLIT read as published."""
@@ -82,7 +83,7 @@ def _read_slots(slots, i, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TI
     return ct.where(cols < SPLIT, got, ct.full((TILE_M, SLOTS_W), SLOT_FLAG, dtype=ct.int64))
 
 
-@ct.function
+@tile_function
 def _published(slots, i, limit, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     """Polls row tile i's slots up to limit times until all SPLIT partners have published;
     returns the last (TILE_M, SLOTS_W) read and whether it is complete."""
@@ -94,7 +95,7 @@ def _published(slots, i, limit, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[in
     return got, ct.min(got) >= SLOT_FLAG
 
 
-@ct.function
+@tile_function
 def _slot_sum(got, SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     """The (TILE_M, 1) sum of the fp32 partials in a complete read of the slots, added in column
     order: every partner that reads them gets the same bits."""
@@ -102,14 +103,14 @@ def _slot_sum(got, SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     return ct.sum(ct.bitcast(bits, ct.float32), axis=1, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _put_aside(slots, i, s, TILE_M: ct.Constant[int]):
     """Marks row tile i's slot s (already published) PUT_ASIDE."""
     mark = ct.full((TILE_M, 1), PUT_ASIDE, dtype=ct.int64)
     ct.atomic_add(slots, (_slot_rows(i, TILE_M), s), mark, memory_order=_RELAXED, memory_scope=_DEVICE)
 
 
-@ct.function
+@tile_function
 def _aside(slots, i, s, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE_M: ct.Constant[int]):
     """(whether this block, slot column s, put row tile i aside; a read of the tile's slots;
     whether all partners have published by now)."""
@@ -119,7 +120,7 @@ def _aside(slots, i, s, SPLIT: ct.Constant[int], SLOTS_W: ct.Constant[int], TILE
     return mine, got, ct.min(got) >= SLOT_FLAG
 
 
-@ct.function
+@tile_function
 def _row_sumsq(x, i, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
     """Row tile i's (TILE_M, 1) fp32 sums of squares over whole rows, TILE_N columns at a time."""
     total = ct.zeros((TILE_M, 1), dtype=ct.float32)
@@ -128,14 +129,14 @@ def _row_sumsq(x, i, TILE_M: ct.Constant[int], TILE_N: ct.Constant[int]):
     return total
 
 
-@ct.function
+@tile_function
 def _sumsq(xt):
     """A tile's per-row fp32 sum of squares ((TILE_M, 1))."""
     xf = ct.astype(xt, ct.float32)
     return ct.sum(xf * xf, axis=1, keepdims=True)
 
 
-@ct.function
+@tile_function
 def _fwd_split_rows(
     x,
     w,
@@ -202,7 +203,7 @@ def _fwd_split_rows(
                         ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)))
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_split(
     x,
     w,
@@ -225,7 +226,7 @@ def rms_fwd_split(
                     True, LATENCY)  # fmt: skip
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_split_infer(
     x,
     w,
@@ -247,13 +248,13 @@ def rms_fwd_split_infer(
                     False, LATENCY)  # fmt: skip
 
 
-@ct.function
+@tile_function
 def _wdy_xhat(wdy, xhat):
     """Per-row fp32 sum of wdy * xhat ((TILE_M, 1)): n * c over one segment."""
     return ct.sum(wdy * xhat, axis=1, keepdims=True)
 
 
-@ct.kernel
+@tile_kernel
 def rms_bwd_split(
     x,
     dy,

@@ -4,6 +4,7 @@ rows at a time, in a persistent grid. Forward (with and without the rstd store) 
 
 import cuda.tile as ct
 
+from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels.common import (
     RESIDUAL_ADD,
     RESIDUAL_NONE,
@@ -20,7 +21,7 @@ from cutile_rms.rmsnorm.kernels.common import (
 )
 
 
-@ct.function
+@tile_function
 def _fwd_row_tile(
     x,
     r,
@@ -73,7 +74,7 @@ def _fwd_row_tile(
         ct.store(rstd_out, (i,), ct.reshape(rstd, (TILE_M,)), check_bounds=CHECK_BOUNDS)
 
 
-@ct.function
+@tile_function
 def _fwd_tile_rows(
     x,
     r,
@@ -109,7 +110,7 @@ def _fwd_tile_rows(
 # each on the H200 host, bench/NOTES.md), which is a large share of a decode-sized call.
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_tile(
     x,
     w,
@@ -130,7 +131,7 @@ def rms_fwd_tile(
                    True, TMA_STORE, LATENCY)  # fmt: skip
 
 
-@ct.kernel
+@tile_kernel
 def rms_fwd_tile_infer(
     x,
     w,
@@ -150,7 +151,7 @@ def rms_fwd_tile_infer(
                    TMA_STORE, LATENCY)  # fmt: skip
 
 
-@ct.function
+@tile_function
 def _bwd_tile_rows(
     x,
     dy,
@@ -195,7 +196,7 @@ def _bwd_tile_rows(
         ct.store(dw_partial, (ct.bid(0), 0), dw_acc)
 
 
-@ct.kernel
+@tile_kernel
 def rms_bwd_tile(
     x,
     dy,
