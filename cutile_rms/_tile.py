@@ -15,22 +15,23 @@ __all__ = ["python_function", "register_variant", "tile_function", "tile_kernel"
 _PYTHON_FUNCTIONS: dict = {}
 
 
+def _remembered(make, fn, options):
+    """make(fn, **options) (ct.kernel or ct.function), remembered; a decorator of options when fn is None."""
+    if fn is None:
+        return lambda f: _remembered(make, f, options)
+    obj = make(fn, **options)
+    _PYTHON_FUNCTIONS[obj] = fn
+    return obj
+
+
 def tile_kernel(fn=None, /, **options):
     """``ct.kernel(fn, **options)``, remembered (use as ``@tile_kernel`` or ``@tile_kernel(...)``)."""
-    if fn is None:
-        return lambda f: tile_kernel(f, **options)
-    k = ct.kernel(fn, **options)
-    _PYTHON_FUNCTIONS[k] = fn
-    return k
+    return _remembered(ct.kernel, fn, options)
 
 
 def tile_function(fn=None, /, **options):
     """``ct.function(fn, **options)``, remembered (use as ``@tile_function``)."""
-    if fn is None:
-        return lambda f: tile_function(f, **options)
-    f = ct.function(fn, **options)
-    _PYTHON_FUNCTIONS[f] = fn
-    return f
+    return _remembered(ct.function, fn, options)
 
 
 def register_variant(variant, of) -> None:
