@@ -43,7 +43,16 @@ from cuda.tile.compilation import (
 
 from cutile_rms import _abi
 
-__all__ = ["Array", "CubinCache", "CubinKernel", "array_constraint", "runtime_values", "signature", "tileiras_version"]
+__all__ = [
+    "Array",
+    "CubinCache",
+    "CubinKernel",
+    "array_constraint",
+    "find_tool",
+    "runtime_values",
+    "signature",
+    "tileiras_version",
+]
 
 _ALIGN = 16  # bytes: the base alignment and stride divisibility the JIT specializes on
 _DIM_DIVISOR = 16  # the dim divisibility it specializes on
@@ -81,10 +90,15 @@ def array_constraint(a: Array, int64: bool = False) -> ArrayConstraint:
     )  # fmt: skip
 
 
+def _is_scalar(p) -> bool:
+    return isinstance(p, tuple) and not isinstance(p, Array) and len(p) == 2 and isinstance(p[0], ScalarConstraint)
+
+
 def signature(params) -> KernelSignature:
-    """The cutile_python_v2 signature of a kernel's parameters, each an Array (its constraint),
-    a ScalarConstraint (a runtime scalar) or a plain value (a compile-time constant), in order."""
-    parts = [array_constraint(p) if isinstance(p, Array) else p for p in params]
+    """The cutile_python_v2 signature of a kernel's parameters, in order: each an Array (its
+    constraint), a (ScalarConstraint, value) pair (a runtime scalar) or a plain value (a
+    compile-time constant); the same list ``runtime_values`` takes."""
+    parts = [array_constraint(p) if isinstance(p, Array) else p[0] if _is_scalar(p) else p for p in params]
     return KernelSignature(parts, calling_convention=CallingConvention.cutile_python_v2())
 
 
@@ -95,30 +109,32 @@ def runtime_values(params) -> list:
     for p in params:
         if isinstance(p, Array):
             out += [p.ptr, *p.shape, *p.strides]
-        elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], ScalarConstraint):
+        elif _is_scalar(p):
             out.append(p[1])
     return out
 
 
-def _tileiras() -> str:
-    """Path of tileiras: on PATH, or where pip's cuda-tile[tileiras] extra puts it."""
-    cands = [shutil.which("tileiras")]
+def find_tool(name: str) -> str:
+    """Path of a CUDA tool (tileiras, cuobjdump, nvdisasm): on PATH, or in pip's nvidia/cu13/bin,
+    where cuda-tile[tileiras] puts tileiras and the test extras cuobjdump and nvdisasm."""
+    cands = [shutil.which(name)]
     try:
         import nvidia
 
-        cands += [os.path.join(d, "cu13", "bin", "tileiras") for d in nvidia.__path__]
+        cands += [os.path.join(d, "cu13", "bin", name) for d in nvidia.__path__]
     except ImportError:
         pass
     for cand in cands:
         if cand and os.path.exists(cand):
             return cand
-    raise FileNotFoundError("tileiras not found: pip install 'cuda-tile[tileiras]'")
+    raise FileNotFoundError(f"{name} not found (pip install 'cuda-tile[tileiras]' nvidia-cuda-cuobjdump "
+                            "nvidia-cuda-nvdisasm)")  # fmt: skip
 
 
 @functools.cache
 def tileiras_version() -> str:
     """tileiras' version (e.g. "13.4.92"), from ``tileiras --version``."""
-    text = subprocess.run([_tileiras(), "--version"], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run([find_tool("tileiras"), "--version"], capture_output=True, text=True, check=True).stdout
     found = re.search(r"V(\d+\.\d+\.\d+)", text)
     if not found:
         raise RuntimeError(f"no version in tileiras --version: {text!r}")

@@ -48,16 +48,11 @@ def _rows_forward(a=4099, n=4096, ptrs=(BASE, BASE + 0x1000000, BASE + 0x2000000
     return RL._VARIANTS["forward", False].kernel, params, {"occupancy": p.occupancy, "num_worker_warps": p.warps}
 
 
-def _signature_of(params):
-    return _cubin.signature([p if isinstance(p, _cubin.Array) else p[0] if isinstance(p, tuple) else p
-                             for p in params])  # fmt: skip
-
-
 def test_runtime_values_fill_the_parameter_layout():
     """One value per slot of the signature's layout: each array's pointer, shape and strides, each
     runtime scalar, no constant."""
     _, params, _ = _rows_forward(a=33, n=256)
-    layout = _abi.parameter_layout(_signature_of(params).parameters)
+    layout = _abi.parameter_layout(_cubin.signature(params).parameters)
     values = _cubin.runtime_values(params)
     assert len(values) == len(layout)
     assert values[:7] == [BASE, 33, 1, 256, 256, 256, 1]  # x: pointer, 3 dims, 3 strides
@@ -71,7 +66,7 @@ def test_cubin_cache_compiles_once_and_keys_on_the_compiler(tmp_path):
     changes with the tileiras version, the architecture and the hints; the cubin holds the
     signature's symbol."""
     kernel, params, hints = _rows_forward(a=33, n=256)
-    sig = _signature_of(params)
+    sig = _cubin.signature(params)
     cache = _cubin.CubinCache(str(tmp_path))
     symbol, cubin = cache.get("cutile_rms.rows.kernels.rows_fwd", kernel, sig, hints, "sm_90")
     assert cache.compiles == 1 and symbol.startswith("rows_fwd") and symbol.encode() in cubin
@@ -127,7 +122,7 @@ def test_cubin_launch_is_bitwise_ct_launch(tmp_path, dtype, n):
                 continue
             params = [_array_of(v) if isinstance(v, torch.Tensor) else (F32, v) if isinstance(v, float) else v
                       for v in RL.arguments(op, values)]  # fmt: skip
-            sig = _signature_of(params)
+            sig = _cubin.signature(params)
             hints = {"occupancy": p.occupancy, "num_worker_warps": p.warps}
             symbol, cubin = cache.get(f"rows.{op}", kernel.kernel, sig, hints, arch)
             _cubin.CubinKernel(cubin, symbol, sig).launch(stream.cuda_stream, (p.grid,), _cubin.runtime_values(params))

@@ -13,12 +13,13 @@ import dataclasses
 import io
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
 import cuda.tile as ct
 from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint, export_kernel
+
+from cutile_rms._cubin import Array, array_constraint, find_tool
 
 ES = {
     ct.bfloat16: 2,
@@ -35,39 +36,17 @@ I32 = ScalarConstraint(ct.int32)
 
 
 def array(dtype, shape, strides=None):
-    """The constraint the JIT would derive for a C-contiguous (or given-strides) array."""
+    """The constraint the JIT would derive for a C-contiguous (or given-strides) array at a
+    16-byte aligned base (cutile_rms._cubin.array_constraint, the rule it specializes on)."""
     if strides is None:
         strides, s = [], 1
         for d in reversed(shape):
             strides.insert(0, s)
             s *= d
-    es = ES[dtype]
-    unit = 16 // es if 16 % es == 0 else 1
-    return ArrayConstraint(
-        dtype, len(shape), index_dtype=ct.int32, stride_lower_bound_incl=0, alias_groups=[],
-        may_alias_internally=False,
-        stride_constant=[1 if s == 1 else None for s in strides],
-        shape_constant=[1 if d == 1 else None for d in shape],
-        stride_divisible_by=[unit if s % unit == 0 and s != 1 else 1 for s in strides],
-        shape_divisible_by=[16 if d % 16 == 0 else 1 for d in shape],
-        base_addr_divisible_by=16,
-    )  # fmt: skip
+    return array_constraint(Array(256, dtype, tuple(shape), tuple(strides)))
 
 
-def _tool(name):
-    """Path of a CUDA binary tool: on PATH, or beside tileiras in pip's nvidia/cu13/bin (the test
-    extras install cuobjdump and nvdisasm there)."""
-    cands = [shutil.which(name)]
-    try:
-        import nvidia
-
-        cands += [os.path.join(d, "cu13", "bin", name) for d in nvidia.__path__]
-    except ImportError:
-        pass
-    for cand in cands:
-        if cand and os.path.exists(cand):
-            return cand
-    raise FileNotFoundError(f"{name} not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+_tool = find_tool  # cuobjdump and nvdisasm, found where tileiras is
 
 
 _MEM = re.compile(r"\b(LDG|STG|LDS|STS|LDL|STL|UTMALDG|UTMASTG|UBLKCP|REDG|ATOMG|LDGSTS)(\.[A-Z0-9_.]+)?")

@@ -757,9 +757,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
-    if prefetch is None:  # PREFETCH_* above
+    if op != "backward":
+        prefetch = False
+    elif prefetch is None:  # PREFETCH_* above
         cap = min(MAX_THREAD_REGS, REGISTERS_PER_SM // (occupancy * threads))
         prefetch = occupancy <= PREFETCH_MAX_BLOCKS and need < cap + PREFETCH_OVER_CAP
-    prefetch = op == "backward" and prefetch
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
                     static, prefetch=prefetch)  # fmt: skip
