@@ -15,7 +15,7 @@ from typing import NamedTuple
 from cuda.tile import bool_, float32, int32, int64
 from cuda.tile.compilation import ArrayConstraint, ScalarConstraint
 
-__all__ = ["Slot", "buffer_size", "pack", "parameter_layout"]
+__all__ = ["Slot", "buffer_size", "pack", "packer", "parameter_layout"]
 
 
 class Slot(NamedTuple):
@@ -65,12 +65,20 @@ def buffer_size(layout) -> int:
     return -(-end // 8) * 8
 
 
+def packer(layout) -> struct.Struct:
+    """One struct for the whole buffer of layout: each slot's format at its offset, pad bytes
+    between, the end padded to buffer_size; its pack / pack_into take the runtime values in
+    order (pointers and index values as ints, floats as floats) in one call."""
+    fmt, end = "<", 0
+    for slot in layout:
+        fmt += "x" * (slot.offset - end) + slot.fmt
+        end = slot.offset + slot.size
+    return struct.Struct(fmt + "x" * (buffer_size(layout) - end))
+
+
 def pack(layout, values) -> bytes:
     """The parameter buffer of ``values``, one per slot (pointers and index values as ints,
     bools as ints, floats as floats)."""
     if len(values) != len(layout):
         raise ValueError(f"{len(values)} values for {len(layout)} parameter slots")
-    buf = bytearray(buffer_size(layout))
-    for slot, value in zip(layout, values, strict=True):
-        struct.pack_into("<" + slot.fmt, buf, slot.offset, int(value) if slot.fmt in "iqQ" else float(value))
-    return bytes(buf)
+    return packer(layout).pack(*(int(v) if s.fmt in "iqQ" else float(v) for s, v in zip(layout, values, strict=True)))

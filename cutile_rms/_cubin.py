@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from typing import NamedTuple
 
 import cuda.tile as ct
@@ -220,15 +221,21 @@ class CubinKernel:
         self._module = _check(driver.cuModuleLoadData(cubin))
         self._function = _check(driver.cuModuleGetFunction(self._module, symbol.encode()))
         self.layout = _abi.parameter_layout(sig.parameters)
+        # one parameter buffer and its slot pointers, written per launch (cuLaunchKernel copies
+        # the values before it returns); the lock keeps two threads' launches apart
+        self._struct = _abi.packer(self.layout)
+        self._buffer = ctypes.create_string_buffer(max(8, self._struct.size))
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * len(self.layout))(*[base + s.offset for s in self.layout])
+        self._params = ctypes.addressof(self._pointers)
+        self._lock = threading.Lock()
 
     def launch(self, stream: int, grid: tuple, values) -> None:
         """Launch on stream (a CUstream handle as an int) over grid (up to three dims) with the
-        runtime values of ``runtime_values``."""
+        runtime values of ``runtime_values`` (ints for pointers and index values, floats)."""
         from cuda.bindings import driver
 
-        packed = _abi.pack(self.layout, values)
-        buf = ctypes.create_string_buffer(packed, len(packed))
-        base = ctypes.addressof(buf)
-        pointers = (ctypes.c_void_p * len(self.layout))(*[base + s.offset for s in self.layout])
         gx, gy, gz = (*grid, 1, 1)[:3]
-        _check(driver.cuLaunchKernel(self._function, gx, gy, gz, 1, 1, 1, 0, stream, ctypes.addressof(pointers), 0))
+        with self._lock:
+            self._struct.pack_into(self._buffer, 0, *values)
+            _check(driver.cuLaunchKernel(self._function, gx, gy, gz, 1, 1, 1, 0, stream, self._params, 0))
