@@ -312,7 +312,7 @@ def _unaligned_jobs(add):
 # Row lengths whose row-tile plans the compile check covers: the powers of two the kernels plan
 # (one piece), lengths of two and three pieces, one padded piece in multi-row tiles (1536,
 # 3584), and a padded last piece (fp32 3000).
-ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000)
+ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000, 96, 320)
 
 
 def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict:

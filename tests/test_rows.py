@@ -24,6 +24,7 @@ from cutile_rms.rows.plan import (
     long_plan,
     pieces,
     plan,
+    short_backward,
     static_fit,
     unaligned,
 )
@@ -467,8 +468,8 @@ def test_onepass_long_backward_where_two_blocks_fit():
 def test_prefetch_rule():
     """The backward's row tiles read their next tile first where the hint leaves a thread 128
     registers or more and the register line's need passes that cap by less than
-    PREFETCH_OVER_CAP (bench/NOTES.md, session 26: the lengths it won and lost at); never forward,
-    lanes or long plans; an override wins."""
+    PREFETCH_OVER_CAP (bench/NOTES.md, session 26: the lengths it won and lost at); the lanes
+    backward always (LANES_BWD_PREFETCH, session 27); never forward or long plans; an override wins."""
     on = [(689, 2), (1407, 2), (2301, 2), (5555, 2), (128, 2), (256, 2), (1302, 2), (749, 4), (1407, 4), (4999, 4)]
     off = [(3001, 2), (5905, 2), (136, 2), (292, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
     for n, es in on + off:
@@ -477,8 +478,32 @@ def test_prefetch_rule():
         assert not plan("forward", 1 << 20, 1, n, es, SMS).prefetch
     assert plan("backward", 99, 1, 3001, 2, SMS, prefetch=True).prefetch
     assert not plan("backward", 99, 1, 689, 2, SMS, prefetch=False).prefetch
-    assert not plan("backward", 99, 1, 98, 2, SMS).prefetch  # the lanes kernels
+    for n, es in ((98, 2), (71, 2), (241, 2), (149, 4)):  # the lanes kernels
+        p = plan("backward", 99, 1, n, es, SMS)
+        assert p.kind == "lanes" and p.prefetch, (n, es)
+        assert not plan("backward", 99, 1, n, es, SMS, prefetch=False).prefetch
+        assert not plan("forward", 99, 1, n, es, SMS).prefetch
     assert not plan("backward", 99, 1, 20001, 2, SMS).prefetch  # the long kernels
+
+
+def test_short_backward_rule():
+    """The default backward takes aligned rows that are not a power of two, up to
+    SHORT_BWD_MAX_ELEMS, on the row tiles with the PREFETCH rule (bench/NOTES.md, session 27: 1.1-1.9x
+    the core at 96-640, 16-bit and fp32); powers of two past DEFAULT_BACKWARD_BYTES, longer rows
+    and 16-bit rows that runtime layouts cannot load 16 bytes at a time stay where they were; the
+    forward of such rows stays on the core."""
+    for n, es in ((96, 2), (160, 2), (192, 2), (320, 2), (448, 2), (640, 2), (96, 4), (384, 4), (640, 4)):
+        assert short_backward(n, es) and backward_by_default(n, es), (n, es)
+        p = plan("backward", 1 << 20, 1, n, es, SMS)
+        assert p.kind == "tile" and p.prefetch and not p.static and p == plan(
+            "backward", 1 << 20, 1, n, es, SMS, any_length=True), (n, es)  # fmt: skip
+        if es == 2:
+            assert plan("forward", 1 << 20, 1, n, es, SMS) is None, n
+    for n, es in ((704, 2), (768, 2), (832, 2), (704, 4), (768, 4), (896, 4), (1000, 4)):
+        assert not short_backward(n, es) and not backward_by_default(n, es), (n, es)
+    for n, es in ((512, 2), (1024, 2), (256, 4), (512, 4), (104, 2), (99, 2), (99, 4)):
+        assert not short_backward(n, es), (n, es)  # powers of two, 8 | N not 16, unaligned
+    assert not backward_by_default(512, 2) and not backward_by_default(256, 4)
 
 
 def test_static_fit():
@@ -619,11 +644,12 @@ def test_default_forward_is_the_row_tile_forward(monkeypatch):
 
 def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
     """mode None: the row-tile backward on power-of-two rows of 128-512 bytes (a QK-norm head
-    view read in place; in place too, with the out-of-place bits), the core backward on longer
-    rows, shorter rows and other lengths."""
+    view read in place; in place too, with the out-of-place bits) and on short aligned rows that
+    are not a power of two (plan.short_backward), the core backward on longer power-of-two rows,
+    shorter rows and longer lengths."""
     from cutile_rms.rmsnorm import torch_impl
 
-    assert [backward_by_default(n, 2) for n in (32, 64, 96, 128, 256, 512)] == [False, True, False, True, True, False]
+    assert [backward_by_default(n, 2) for n in (32, 64, 96, 128, 256, 512)] == [False, True, True, True, True, False]
     assert [backward_by_default(n, 4) for n in (16, 32, 64, 128, 256)] == [False, True, True, True, False]
     calls = []
     real = RL.run_backward
@@ -640,11 +666,21 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
         yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
         tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
         check_all({"dx": dqkv[..., : 4 * 64].reshape(q.shape), "dw": dw}, {"dx": dxr, "dw": dwr}, tols)
-        for n, dtype in ((512, torch.bfloat16), (96, torch.bfloat16), (16, torch.float32)):
+        for n, dtype in ((512, torch.bfloat16), (768, torch.bfloat16), (16, torch.float32)):
             calls.clear()
             x = torch.randn(5, n, dtype=dtype, requires_grad=True)
             rms_norm(x, None, EPS).sum().backward()
             assert calls == ["core"], n
+        for n, dtype in ((96, torch.bfloat16), (320, torch.float32)):
+            calls.clear()
+            x, dy, w = make_inputs((37, n), dtype, "cpu")
+            x.requires_grad_(True)
+            w.requires_grad_(True)
+            dx, dw = torch.autograd.grad(rms_norm(x, w, EPS), [x, w], dy)
+            assert calls == ["rows"], n
+            yr, _, dxr, dwr = rms_norm_ref_grads(x.detach(), dy, w.detach(), EPS)
+            tols = tolerances(dtype, dtype, "llama")
+            check_all({"dx": dx, "dw": dw}, {"dx": dxr, "dw": dwr}, tols)
         calls.clear()
         x, dy, w = make_inputs((5, 128), torch.float32, "cpu")
         rstd = rms_norm_forward(x, w, EPS)[1]

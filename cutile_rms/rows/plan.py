@@ -12,7 +12,8 @@ lanes backward.
 The backward's row-tile rules are still the first choices read from the SASS (session 11); it runs
 by default on the rows that ``backward_by_default`` names (short power-of-two rows: session 14's
 comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 8 elements, not
-16, whose static tiles hold 16 warps an SM: session 22), elsewhere only with ``mode="rows"``.
+16, whose static tiles hold 16 warps an SM: session 22; aligned rows up to SHORT_BWD_MAX_ELEMS
+that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
   warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
@@ -132,6 +133,7 @@ __all__ = [
     "long_plan",
     "pieces",
     "plan",
+    "short_backward",
     "short_view_rows",
     "static_fit",
     "unaligned",
@@ -155,6 +157,21 @@ MAX_BLOCKS_PER_SM = 8
 REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
 DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs on row tiles (measured range)
+# Aligned rows that are not a power of two, of at most SHORT_BWD_MAX_ELEMS elements, take the
+# row-tile backward by default (short_backward). The core backward pads such a row to the next
+# power of two and does the work of the padded row: its time tracks that width (bf16 640 / 704 /
+# 768 / 832 / 1024: 153 / 141 / 130 / 122 / 104 us at 134 MB), and below 512 it runs at 35-50% of
+# the copy ceiling at any padding; the row tiles with their PREFETCH rule run 16-bit rows at
+# 125-140 us whatever the length (75% of the copy). Session 27, H200 (ab/s27a, ab/s27b), core ->
+# row tiles, us, bf16 / fp16: 96 214 / 213 -> 135 / 134, 160 278 / 281 -> 223 / 178 (the rules'
+# o4 tile; 130 on 32 rows at o2, not yet a rule), 192 232 / 236 -> 129 / 134, 320 248 / 246 ->
+# 139 / 128, 384 206 / 206 -> 129 / 133, 448 177 / 176 -> 125 / 129, 640 153 / 148 -> 132 / 125;
+# fp32 96 270 -> 208, 160 258 -> 204, 192 237 -> 202, 320 258 -> 205, 384 238 -> 200, 640 227 ->
+# 204. Past it the core wins or ties: bf16 / fp16 704 141 / 136 vs 151 / 141, 768 130 / 126 vs
+# 129 / 134, 832 122 / 119 vs 130 / 133; fp32 768 207 vs 199, 832 200 vs 228, 896 195 vs 211;
+# powers of two past DEFAULT_BACKWARD_BYTES too (bf16 512 112 vs 119, 1024 104 vs 134; fp32 256
+# 212 vs 210, 512 202 vs 210).
+SHORT_BWD_MAX_ELEMS = 640
 # The core kernels load their tiles through TMA, whose global strides must be multiples of 16
 # bytes; a row whose byte length is not (bf16 510, fp32 133) leaves them on cuTile's element-wise
 # fallback: 2.8-12% of the copy ceiling on the H200 (session 15 probe, the random set of seed
@@ -411,6 +428,14 @@ LANES_OCCUPANCY = {"forward": 8, "backward": 4}
 # 16 lanes: still within one warp), which ran on gathered row tiles, gain as much: fp32 387913 x
 # 173 166.8 (16 x 256 row tiles at 4) -> 138.6 (lanes 8 x 256 at 8; the row tiles' best 155.3).
 LANES_FWD_MAX_ELEMS = 256
+# The lanes backward reads each block's next tile before it works on this one (kernels'
+# PREFETCH, as the row tiles' PREFETCH_* rule below), at its 4 blocks of 4 warps (128 registers;
+# SASS: 65-66 loads a thread instead of 33-34, no stack but fp16 98-114, 8 bytes). Session 27, H200
+# (ab/s27a), us, without -> with: bf16 945195 x 71 224.4 -> 202.0, 684784 x 98 180.1 -> 162.8,
+# 588674 x 114 164.1 -> 153.4, 450395 x 149 193.4 -> 179.9, 278460 x 241 147.3 -> 144.0; fp16
+# 216.1 -> 195.2, 175.4 -> 162.7, 161.6 -> 154.8, 191.4 -> 166.6, 148.4 -> 141.4; fp32 241.8 ->
+# 205.3, 215.1 -> 210.7, 214.9 -> 210.3, 237.6 -> 205.0, but 206.4 -> 212.1 at 241 (3% lost).
+LANES_BWD_PREFETCH = True
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -509,9 +534,10 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     also read a head view of a fused QKV projection in place, where the core kernels copy it.
     And 16-bit rows of a multiple of 8 elements, not 16, on static layouts, whose tiles hold 16
     warps an SM (session 22: 1128-1208 1.19-1.27x the core, 2056 1.33x, 5000 1.09x; the nine
-    lengths whose tiles held 8 lost, 0.70-0.88x)."""
+    lengths whose tiles held 8 lost, 0.70-0.88x). And aligned rows that are not a power of two, up
+    to SHORT_BWD_MAX_ELEMS (``short_backward``; session 27: 1.1-1.9x the core)."""
     lo, hi = DEFAULT_BACKWARD_BYTES
-    if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi):
+    if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi) or short_backward(n, elem_size):
         return True
     if not static_fit(n, elem_size, "backward"):
         return False
@@ -520,6 +546,14 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     # blocks depend on n and the element size alone
     p = plan("backward", 1, 1, n, elem_size, 1)
     return p is not None and p.warps * p.occupancy >= GATHERED_WARPS_PER_SM
+
+
+def short_backward(n: int, elem_size: int) -> bool:
+    """Whether rows of n elements are aligned, not a power of two and at most SHORT_BWD_MAX_ELEMS
+    long, 16-bit ones a multiple of VECTOR_ELEMS (what runtime layouts load 16 bytes at a time):
+    the core backward pads them to a power of two, the row tiles do not (see above)."""
+    return (n <= SHORT_BWD_MAX_ELEMS and n & (n - 1) != 0 and not unaligned(n, elem_size)
+            and (elem_size >= 4 or n % VECTOR_ELEMS == 0))  # fmt: skip
 
 
 def short_view_rows(n: int, elem_size: int) -> bool:
@@ -627,8 +661,8 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
                warps: int | None = None, occupancy: int | None = None,
                prefetch: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
-    rows (LANES_* above); the keywords override the rules (probes: prefetch, the backward's
-    PREFETCH, off unless asked: not yet measured on the lanes kernels)."""
+    rows (LANES_* above); the keywords override the rules (probes). The backward reads its next
+    tile first unless prefetch is False (LANES_BWD_PREFETCH)."""
     w = _next_pow2(n)
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
     tile_b = min(rows, b & -b)
@@ -638,7 +672,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS),
-                    prefetch=op == "backward" and bool(prefetch))  # fmt: skip
+                    prefetch=op == "backward" and LANES_BWD_PREFETCH and prefetch is not False)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -687,7 +721,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:
         max_pieces = 1 if one_piece else MAX_PIECES
-    if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or (short and n & (n - 1))):
+    odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
+    if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
