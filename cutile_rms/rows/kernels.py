@@ -315,14 +315,29 @@ def _grad(xr, dr, rstd, wp):
 
 
 @tile_function
+def _rstd_tile(rstd_in, ia, ib, TILE_A: C_INT, TILE_B: C_INT, CA: C_BOOL):
+    """rstd of row tile (ia, ib) as (TILE_A, TILE_B) (0 past A where CA says so). Tiles of several
+    heads (TILE_B > 1, a head view's rows) gather it element by element: tileiras 13.4 compiled
+    the tile load of a (2, 32) rstd tile beside a (2, 32, 64) x tile (and (2, 32, 96 / 128),
+    fp32 (2, 32, 32), (2, 16, 128)) to 8-byte loads at 4-byte aligned addresses: "misaligned
+    address" on the H200 (compute-sanitizer: this load; bench/NOTES.md, session 27). The gather
+    reads 4 bytes an element; a tile holds at most 256 rows."""
+    if TILE_B > 1:
+        ra = ct.reshape(ct.arange(TILE_A, dtype=ct.int32) + ia * TILE_A, (TILE_A, 1))
+        rb = ct.reshape(ct.arange(TILE_B, dtype=ct.int32) + ib * TILE_B, (1, TILE_B))
+        return ct.gather(rstd_in, (ra, rb), padding_value=0, check_bounds=CA)
+    elif CA:
+        return ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+    else:
+        return ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
+
+
+@tile_function
 def _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT,
                C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
     """What rows_bwd reads of row tile (ia, ib): rstd as (TILE_A, TILE_B, 1) and each piece of x
     and dy (an absent piece's are piece 0's, never used), with bounds checks where they say so."""
-    if CA:
-        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
-    else:
-        r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), check_bounds=False, allow_tma=False)
+    r2 = _rstd_tile(rstd_in, ia, ib, TILE_A, TILE_B, CA)
     x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
     d0 = _load(dy, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
     x1 = x0
@@ -506,7 +521,7 @@ def _lanes_loads(x, dy, rstd_in, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
     """(rstd as (TILE_A, TILE_B, 1, 1), x, dy) of lanes tile t, gathered (0 past N and A)."""
     ia, ib = _tile(t, tiles_b)
     idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
-    r2 = ct.load(rstd_in, (ia, ib), (TILE_A, TILE_B), padding_mode=ZERO, allow_tma=False)
+    r2 = _rstd_tile(rstd_in, ia, ib, TILE_A, TILE_B, True)
     return (
         ct.reshape(r2, (TILE_A, TILE_B, 1, 1)),
         ct.gather(x, idx, padding_value=0),

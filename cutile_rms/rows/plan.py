@@ -172,6 +172,18 @@ DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs
 # powers of two past DEFAULT_BACKWARD_BYTES too (bf16 512 112 vs 119, 1024 104 vs 134; fp32 256
 # 212 vs 210, 512 202 vs 210).
 SHORT_BWD_MAX_ELEMS = 640
+# A tile of a head view's rows ((A, B, N): a fused QKV projection's tokens x heads) spans tokens,
+# not heads, in the forward where a row holds ONE_HEAD_ROW_BYTES or more: tileiras 13.4 moves a
+# (tokens, heads, N) tile of several heads through shared memory to change its layout (SASS,
+# sm_90, bf16 128 and 256 on 2-16 heads a tile: 16 LDS.128 + 16 STS.128, and 2 x 32 x 128 or 4 x
+# 16 x 128 88 bytes of stack), a (tokens, 1, N) tile not (117 registers, no stack). Session 27
+# (H200, graph replay, bf16 forward on the fused-QKV view, heads-first -> tokens-first tile, us;
+# ab/s27d-*): 16384 x 32 x 128 92.1 -> 70.5, 65536 x 8 x 128 78.6 -> 68.8, 131072 x 4 x 128 78.5
+# -> 68.4, 32768 x 8 x 256 97.1 -> 67.8 (the copy ceiling 64.5). Rows of 128 bytes keep the heads
+# (32768 x 32 x 64 66.7 against 76.1; 8, 16 and 2 heads alike); so does the backward, whose tiles
+# tied or lost tokens-first (64: 115.6 -> 124.4, 128 and 256 within 1%). The choice depends on N
+# and B, not on A: a row's bits do not depend on the tokens in the call.
+ONE_HEAD_ROW_BYTES = 256
 # The core kernels load their tiles through TMA, whose global strides must be multiples of 16
 # bytes; a row whose byte length is not (bf16 510, fp32 133) leaves them on cuTile's element-wise
 # fallback: 2.8-12% of the copy ceiling on the H200 (session 15 probe, the random set of seed
@@ -300,6 +312,16 @@ PREFETCH_OVER_CAP = 16
 # 96.6 -> 106.2 / 96.5, 856 80.1 / 75.8 -> 104.1 / 101.4; these stay with the core (the rule for
 # short 16-bit rows that are not a power of two, MIN_PIECE_BYTES).
 STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
+# Short aligned 16-bit rows that are not a power of two (n % 16 == 0, under MIN_PIECE_BYTES), which
+# the forward left to the core's power-of-two TMA tile (or ran as pieces 1.25-1.6x slower), run on
+# static layouts as one padded piece too, and every static padded 16-bit tile takes 32 warps an SM
+# (8 blocks of 4), rows reduced within a warp included (the hint of WARP_LOCAL_HINT was measured on
+# unpadded tiles). Session 27 (H200, graph replay, ab/s27c), core -> static one piece at 8 blocks
+# (at 4), us, bf16: 699050 x 96 81.0 -> 70.7 (90.2), 419430 x 160 81.1 -> 77.5 (100.2), 349525 x
+# 192 75.7 -> 70.7 (92.1), 209715 x 320 80.0 -> 77.9, 149796 x 448 79.2 -> 67.5; fp16 96 82.6 ->
+# 69.4 (87.7), 192 80.0 -> 69.1 (86.8), 320 75.8 -> 75.5. The rules' pieces on runtime layouts:
+# 97.9-128.4. Persistent grids of the same tiles: within 1% or slower (448: 73.2).
+STATIC_PADDED_BLOCKS = MAX_BLOCKS_PER_SM
 # Short rows on static layouts (session 25, ab/s25b; H200, graph replay, us; the rules' runtime
 # tiles -> static ones). A row whose start is 8-byte aligned (16-bit, 4 | N) or an fp32 row loads
 # 8 or 16 bytes at a time once N and the stride are compiled in, and its padded lanes are dropped
@@ -515,9 +537,13 @@ def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     compiled-in row length and stride load 4, 8 or 16 bytes at a time and check by the row, not
     by the element. 16-bit rows: those whose start is 8-byte aligned (4 divides N) at any length,
     the others from STATIC_MIN_ROW_BYTES[op]; fp32 rows of at most STATIC_FP32_MAX_ELEMS
-    (measured: the comments after ODD_HINT_MIN_REGS and before STATIC_FP32_MAX_ELEMS)."""
-    if n % 2 or n % VECTOR_ELEMS == 0:
+    (measured: the comments after ODD_HINT_MIN_REGS and before STATIC_FP32_MAX_ELEMS). And the
+    forward of 16-bit rows of a multiple of VECTOR_ELEMS under MIN_PIECE_BYTES that are not a power
+    of two: one padded piece whose lanes past N are dropped at compile time (STATIC_PADDED_BLOCKS)."""
+    if n % 2:
         return False
+    if n % VECTOR_ELEMS == 0:  # short aligned 16-bit rows that are not a power of two, forward (above)
+        return op == "forward" and elem_size == 2 and n & (n - 1) != 0 and n * elem_size < MIN_PIECE_BYTES
     if elem_size == 2:
         return n % 4 == 0 or n * elem_size >= STATIC_MIN_ROW_BYTES[op]
     return elem_size == 4 and n <= STATIC_FP32_MAX_ELEMS[op]
@@ -766,13 +792,15 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         while rows > 1 and _backward_hint(elem_size, width, rows, _resident(need, threads)) < per_sm:
             rows //= 2
             need = _need(op, elem_size, span, rows, warps)
-    tile_b = min(rows, b & -b)  # the largest power of two dividing b, at most the tile's rows
+    # the largest power of two dividing b, at most the tile's rows; one head for the forward's
+    # rows of ONE_HEAD_ROW_BYTES or more (see above)
+    tile_b = 1 if op == "forward" and width * elem_size >= ONE_HEAD_ROW_BYTES else min(rows, b & -b)
     tile_a = rows // tile_b
     resident = _resident(need, threads)
     if occupancy is None:
         if op == "forward":
             occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
-            if masked:
+            if masked or (static and one_piece and width != n and elem_size == 2):  # (STATIC_PADDED_BLOCKS)
                 occupancy = THREADS_PER_SM // 2 // threads  # 32 warps per SM, whatever the line says (see above)
             elif occupancy < resident and REGISTERS_PER_SM // (threads * resident) >= ODD_HINT_MIN_REGS:
                 occupancy = resident  # not a power of two (ODD_HINT_MIN_REGS above)
