@@ -14,6 +14,7 @@ import time
 
 import cuda.tile as ct
 import torch
+from cuda.bindings import driver
 from cuda.tile.compilation import ScalarConstraint
 
 from cutile_rms import _abi, _cubin
@@ -82,6 +83,10 @@ def main(m=8, n=4096, dtype=torch.bfloat16):
         ("ct.launch (args prepared)", lambda: ct.launch(stream, (p.grid,), hinted, args)),
         ("cubin: values+pack+launch", lambda: k.launch(handle, (p.grid,), _cubin.runtime_values(params))),
         ("cubin: pack+launch", lambda: k.launch(handle, (p.grid,), runtime)),
+        (
+            "cubin: cuda.bindings launch",
+            lambda: driver.cuLaunchKernel(k._function, p.grid, 1, 1, 1, 1, 1, 0, handle, k._params, 0),
+        ),  # the wrapper's own cost
         ("runtime_values only", lambda: _cubin.runtime_values(params)),
         ("pack only (one struct)", lambda: packer.pack(*runtime)),
         ("torch.cuda.current_stream()", lambda: torch.cuda.current_stream().cuda_stream),
