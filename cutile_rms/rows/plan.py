@@ -778,10 +778,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
-        # 8 warps past WIDE_TILE, and where a row on 4 warps needs too many registers to prefetch
-        # at GATHERED_WARPS_PER_SM warps an SM (GATHERED_BWD_SPLIT above)
-        cap = REGISTERS_PER_SM // (32 * GATHERED_WARPS_PER_SM)
-        warps = 8 if width > WIDE_TILE[op] or _need(op, elem_size, span, 1, 4) >= cap + PREFETCH_OVER_CAP else 4
+        warps = 8 if width > WIDE_TILE[op] else 4
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
