@@ -232,8 +232,9 @@ class CubinKernel:
 
     def launch(self, stream: int, grid: tuple, values) -> None:
         """Launch on stream (a CUstream handle as an int) over grid (up to three dims) with the
-        runtime values of ``runtime_values`` (ints for pointers and index values, floats).
-        Through cuda.bindings' cuLaunchKernel: about 6 us a call on the H200 host, where ctypes
+        runtime values of ``runtime_values``: Python ints for pointers, index values and int
+        scalars, floats for float scalars (packed as they are: a wrong type or count raises
+        struct.error). Through cuda.bindings' cuLaunchKernel: about 6 us a call on the H200 host, where ctypes
         straight to libcuda cost about 8.5 (bench/NOTES.md, session 27)."""
         from cuda.bindings import driver
 

@@ -376,6 +376,8 @@ def _rows_jobs(add):
             _rows_job(add, "flags", "backward", rep["backward"], 4096, x, w, casting)
     for op in ("forward", "backward"):
         _rows_job(add, "heads", op, plan(op, 4096, 32, 128, 2, 132), 128, "bfloat16", "bfloat16", b_one=False)
+        # rows under ONE_HEAD_ROW_BYTES: tiles of several heads forward too (4 x 32 x 64)
+        _rows_job(add, "heads", op, plan(op, 4096, 32, 64, 2, 132), 64, "bfloat16", "bfloat16", b_one=False)
         # head dim 96 of a fused QKV view (torch_impl: plan.short_view_rows)
         p96 = plan(op, 4096, 32, 96, 2, 132, any_length=True, persistent=True)
         _rows_job(add, "short view", op, p96, 96, "bfloat16", "bfloat16", b_one=False)

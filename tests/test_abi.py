@@ -34,6 +34,18 @@ def test_layout_follows_the_documented_convention():
         _abi.parameter_layout([ScalarConstraint(ct.float64)])
 
 
+def test_packer_writes_the_same_bytes_as_pack_over_a_poisoned_buffer():
+    """The one-struct packer CubinKernel writes into its kept buffer: pad bytes between slots (a
+    pointer after an odd count of 4-byte values) and at the end are written too, as pack writes."""
+    layout = _abi.parameter_layout([_array(2), ScalarConstraint(ct.float32), _array(1), ScalarConstraint(ct.int32)])
+    assert any(b.offset > a.offset + a.size for a, b in zip(layout, layout[1:], strict=False))  # a gap
+    values = [0x7F0012345600, 3, 4096, 8192, 1, 1e-6, 0x7F0000001000, 5, 1, 11]
+    packer = _abi.packer(layout)
+    buf = bytearray(b"\xff" * packer.size)
+    packer.pack_into(buf, 0, *values)
+    assert packer.size == _abi.buffer_size(layout) and bytes(buf) == _abi.pack(layout, values)
+
+
 def test_pack_writes_each_value_at_its_slot():
     layout = _abi.parameter_layout([_array(2), ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)])
     values = [0x7F0012345600, 3, 4096, 8192, 1, 1e-6, -7]

@@ -596,6 +596,8 @@ def test_default_api_on_model_sized_head_views(dtype, heads, hd, tokens, gen):
     through autograd, against float64, outputs of every op checked. Tiles of several heads met a
     compiler fault here that 4-head views did not (bench/NOTES.md, session 27: bf16 32 x 64
     backward, "misaligned address")."""
+    es = torch.empty((), dtype=dtype).element_size()
+    assert RL.plan("backward", tokens, heads, hd, es, SMS).tile_b > 1  # the backward's tiles span heads here
     qkv = torch.randn(tokens, 3 * heads * hd, generator=gen).to("cuda", dtype).requires_grad_()
     w = (1 + 0.1 * torch.randn(hd, generator=gen)).to("cuda", dtype).requires_grad_()
     q = qkv[:, : heads * hd].view(tokens, heads, hd)

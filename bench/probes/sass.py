@@ -154,7 +154,10 @@ def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
 
     p = plan(op, m, b, n, ES[dt], 132, **overrides)
     if p is None or p.kind != "tile":  # the rules give these rows the long kernels or the core's: the row tile
-        p, label = plan(op, m, b, n, ES[dt], 132, long=False, any_length=True, **overrides), f"{label} (forced)"
+        p = plan(op, m, b, n, ES[dt], 132, **{**overrides, "long": False, "any_length": True, "lanes": False})
+        if p is None:
+            raise ValueError(f"no row tile holds {op} rows of {n} (past MAX_ROW_ELEMS)")
+        label = f"{label} (forced)"
     kernel, params, planned = rows_params(p, dt, m, b, n, strides)
     tile = f"{p.tile_a}x{p.tile_b}x{'+'.join(str(w) for w in p.widths if w)}"
     return (f"{label}: rows {op} {dt} {m}x{b}x{n}, tile {tile}, {p.warps} warps, occupancy {p.occupancy}", kernel,

@@ -21,8 +21,9 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   loads 2 bytes at a time (probe: bf16 22369 x 3000 at 113-141 us, 46-57% of the copy ceiling,
   where fp32 rows of 3000, loaded 4 bytes at a time, reach 98.7%), except on static layouts
   (``static_fit``: a multiple of 8, not 16, elements loads 16 bytes there). 16-bit rows shorter than
-  MIN_PIECE_BYTES must be a power of two (bf16 96, 160, 192 as pieces or padded: 77-130 us
-  against the core's 81), and a row that leaves one block per SM runs on the core's TMA tile
+  MIN_PIECE_BYTES that are not a power of two run only on static layouts, as one padded piece
+  (runtime pieces or padded tiles: 77-130 us at bf16 96, 160, 192 against the core's 81; static:
+  STATIC_PADDED_BLOCKS), and a row that leaves one block per SM runs on the core's TMA tile
   unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
   but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
@@ -79,10 +80,12 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   ran 3-10% faster on a block per tile at every N tried. A persistent grid must fill the SMs:
   at SMs x 1 blocks the same tiles ran 1.5-3x slower (bf16 2048: 200 vs 70 us).
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
-  two that divides B (so no tile overhangs B), TILE_A the rest.
+  two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
+  ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
 
 - static layouts (``static_fit``: 16-bit rows of an even length not a multiple of 16, of at
-  least 1 KB forward and 2 KB backward): the kernels compile N and the row strides in
+  least 1 KB forward and 2 KB backward, and the forward of short 16-bit multiples of 16 that are
+  not a power of two): the kernels compile N and the row strides in
   (kernels.RowArray), which loads such rows 4, 8 or 16 bytes at a time; their multi-row forward
   tiles take plain loads. The rest run runtime layouts. Rows of a multiple of 8 elements, not
   16, of 2 KB or more (MIN_PIECE_BYTES, as for every 16-bit row that is not a power of two) run
@@ -171,6 +174,7 @@ DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs
 # 129 / 134, 832 122 / 119 vs 130 / 133; fp32 768 207 vs 199, 832 200 vs 228, 896 195 vs 211;
 # powers of two past DEFAULT_BACKWARD_BYTES too (bf16 512 112 vs 119, 1024 104 vs 134; fp32 256
 # 212 vs 210, 512 202 vs 210).
+SHORT_BWD_MIN_ELEMS = 96  # the shortest measured (shorter rows: DEFAULT_BACKWARD_BYTES' powers of two)
 SHORT_BWD_MAX_ELEMS = 640
 # A tile of a head view's rows ((A, B, N): a fused QKV projection's tokens x heads) spans tokens,
 # not heads, in the forward where a row holds ONE_HEAD_ROW_BYTES or more: tileiras 13.4 moves a
@@ -320,7 +324,10 @@ STATIC_MIN_ROW_BYTES = {"forward": 1024, "backward": 2048}
 # (at 4), us, bf16: 699050 x 96 81.0 -> 70.7 (90.2), 419430 x 160 81.1 -> 77.5 (100.2), 349525 x
 # 192 75.7 -> 70.7 (92.1), 209715 x 320 80.0 -> 77.9, 149796 x 448 79.2 -> 67.5; fp16 96 82.6 ->
 # 69.4 (87.7), 192 80.0 -> 69.1 (86.8), 320 75.8 -> 75.5. The rules' pieces on runtime layouts:
-# 97.9-128.4. Persistent grids of the same tiles: within 1% or slower (448: 73.2).
+# 97.9-128.4. Persistent grids of the same tiles: within 1% or slower (448: 73.2). After the rule
+# (ab/s27f), core -> static, bf16 / fp16: 48 81.1 / 80.1 -> 68.8 / 68.3, 640 78.2 / 76.3 -> 74.3 /
+# 72.3, 768 86.4 / 81.7 -> 68.4 / 67.4, 1008 69.2 / 69.3 -> 68.5 / 68.2; and 4 | N rows within a
+# warp that had run at 4 blocks, 4 -> 8: bf16 200 92.8 -> 70.3, 232 87.1 -> 68.2.
 STATIC_PADDED_BLOCKS = MAX_BLOCKS_PER_SM
 # Short rows on static layouts (session 25, ab/s25b; H200, graph replay, us; the rules' runtime
 # tiles -> static ones). A row whose start is 8-byte aligned (16-bit, 4 | N) or an fp32 row loads
@@ -575,11 +582,11 @@ def backward_by_default(n: int, elem_size: int) -> bool:
 
 
 def short_backward(n: int, elem_size: int) -> bool:
-    """Whether rows of n elements are aligned, not a power of two and at most SHORT_BWD_MAX_ELEMS
-    long, 16-bit ones a multiple of VECTOR_ELEMS (what runtime layouts load 16 bytes at a time):
-    the core backward pads them to a power of two, the row tiles do not (see above)."""
-    return (n <= SHORT_BWD_MAX_ELEMS and n & (n - 1) != 0 and not unaligned(n, elem_size)
-            and (elem_size >= 4 or n % VECTOR_ELEMS == 0))  # fmt: skip
+    """Whether rows of n elements are a multiple of VECTOR_ELEMS (16-byte aligned rows that runtime
+    layouts load 16 bytes at a time; the lengths measured), not a power of two, and
+    SHORT_BWD_MIN_ELEMS to SHORT_BWD_MAX_ELEMS long: the core backward pads them to a power of two,
+    the row tiles do not (see above)."""
+    return SHORT_BWD_MIN_ELEMS <= n <= SHORT_BWD_MAX_ELEMS and n & (n - 1) != 0 and n % VECTOR_ELEMS == 0
 
 
 def short_view_rows(n: int, elem_size: int) -> bool:
@@ -698,7 +705,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS),
-                    prefetch=op == "backward" and LANES_BWD_PREFETCH and prefetch is not False)  # fmt: skip
+                    prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)
@@ -800,8 +807,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if occupancy is None:
         if op == "forward":
             occupancy = _prev_pow2(min(resident, WARP_LOCAL_HINT if warp_local else MAX_BLOCKS_PER_SM))
-            if masked or (static and one_piece and width != n and elem_size == 2):  # (STATIC_PADDED_BLOCKS)
+            if masked:
                 occupancy = THREADS_PER_SM // 2 // threads  # 32 warps per SM, whatever the line says (see above)
+            elif static and one_piece and width != n and elem_size == 2:
+                occupancy = STATIC_PADDED_BLOCKS
             elif occupancy < resident and REGISTERS_PER_SM // (threads * resident) >= ODD_HINT_MIN_REGS:
                 occupancy = resident  # not a power of two (ODD_HINT_MIN_REGS above)
         else:
