@@ -60,7 +60,8 @@ def plan_of(c, persistent=None):
     multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1
     if multi_row and c.get("loads") is None:  # plain loads, as the static rule plans them
         p = dataclasses.replace(p, loads=LOADS_PLAIN)
-    return dataclasses.replace(p, static=True)
+    unroll = p.unroll if c.get("unroll") is None or p.kind != "long" else c["unroll"]  # the long forward's UNROLL
+    return dataclasses.replace(p, static=True, unroll=unroll)
 
 
 def params(c):

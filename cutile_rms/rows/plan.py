@@ -620,7 +620,8 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
 
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, static: bool = True,
-              unroll: bool | None = None, onepass: bool | None = None) -> RowsPlan:  # fmt: skip
+              unroll: bool | None = None, onepass: bool | None = None, loads: int | None = None,
+              persistent: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
     caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
@@ -637,7 +638,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
-        grid = max(1, min(rows, num_sms * occupancy))
+        grid = rows if persistent is False else max(1, min(rows, num_sms * occupancy))
     elif onepass:
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
         occupancy = occupancy or _prev_pow2(max(1, min(ONEPASS_MAX_BLOCKS, fit)))
@@ -645,7 +646,8 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     else:
         occupancy = occupancy or LONG_BWD_BLOCKS
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
-    loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
+    if loads is None:
+        loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
     static = static and (op == "forward" or onepass) and static_fit(n, elem_size, op)
     unroll = static and op == "forward" and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
@@ -735,7 +737,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
-                         unroll=unroll, onepass=onepass)  # fmt: skip
+                         unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
     if long is None and not overridden and op == "forward" and _long_unaligned(n, elem_size):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     static = static and static_fit(n, elem_size, op)
