@@ -21,6 +21,7 @@ from cutile_rms.rows.plan import (
     backward_by_default,
     lanes_fit,
     lanes_plan,
+    long_fit,
     long_plan,
     pieces,
     plan,
@@ -92,17 +93,23 @@ def test_plan_rules():
     assert plan("forward", 99, 1, 3584, 2, SMS).hints == (4, 8) and plan("forward", 99, 1, 3584, 2, SMS).tile_a == 4
     f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
     assert f32.grid == 12483 and f32.tile_a == 1
-    big = plan("forward", 2048, 1, 18432, 2, SMS)  # aligned 16-bit, over 16 KB, not a power of two: long rows
-    assert (big.kind, big.widths, big.warps, big.occupancy, big.grid, big.loads) == (
-        "long", (4096, 0, 0), 8, 4, 4 * SMS, K.LOADS_PLAIN)  # fmt: skip
+    big = plan("forward", 2048, 1, 18432, 2, SMS)  # aligned 16-bit, 12 KB or more, not a power of two: long rows
+    assert (big.kind, big.widths, big.warps, big.occupancy, big.grid, big.loads, big.static, big.unroll) == (
+        "long", (4096, 0, 0), 8, 4, 2048, K.LOADS_PLAIN, True, True)  # fmt: skip (one block a row, static)
+    runtime = plan("forward", 2048, 1, 18432, 2, SMS, static=False)  # runtime layouts: a persistent grid
+    assert (runtime.kind, runtime.occupancy, runtime.grid, runtime.static) == ("long", 4, 4 * SMS, False)
+    mid = plan("forward", 9362, 1, 7168, 2, SMS)  # 14 KB: 8 blocks an SM keep the rows in flight within L2
+    assert (mid.kind, mid.occupancy, mid.grid, mid.static, mid.unroll) == ("long", 8, 9362, True, True)
     assert plan("forward", 2048, 1, 18432, 2, SMS, long=False).widths == (16384, 2048, 0)  # the row tiles' own
     assert plan("forward", 2048, 1, 18432, 2, SMS, tile_rows=1).kind == "tile"  # overrides: the row tiles
     assert plan("forward", 2979, 1, 22528, 2, SMS).kind == "long"  # past the row tiles: the core padded it to 32768
     assert plan("forward", 9, 1, 24576 + 2048, 2, SMS) is None  # 4 rows an SM overflow half of L2: the core
     assert plan("forward", 9, 1, 32768, 2, SMS) is None  # a power of two: the core
-    assert plan("forward", 9, 1, 7168, 2, SMS).kind == "tile"  # 14 KB: the row tiles
-    assert plan("forward", 9, 1, 10240, 2, SMS).kind == "tile"  # 20 KB: under LONG_MIN_BYTES (not timed)
-    assert plan("forward", 9, 1, 12288, 2, SMS).kind == "long"  # 24 KB: the shortest measured win
+    assert plan("forward", 9, 1, 5376, 2, SMS).kind == "tile"  # 10.5 KB: the row tiles
+    assert plan("forward", 9, 1, 6144, 2, SMS).kind == "long"  # 12 KB: LONG_STATIC_MIN_BYTES
+    assert plan("forward", 9, 1, 8192, 2, SMS).kind == "tile"  # a power of two: the row tiles
+    assert plan("forward", 9, 1, 10240, 2, SMS, static=False).kind == "tile"  # runtime layouts: under LONG_MIN_BYTES
+    assert plan("forward", 9, 1, 12288, 2, SMS, static=False).kind == "long"  # 24 KB: the runtime layouts' shortest
     assert plan("forward", 9, 1, 13288, 2, SMS).static  # a multiple of 8, not 16: static row tiles (16-byte loads)
     assert plan("forward", 9, 1, 13288, 2, SMS, static=False) is None  # runtime layouts load it 2 bytes: the core
     assert plan("forward", 9, 1, 12288, 4, SMS).kind == "tile"  # fp32: the row tiles
@@ -125,9 +132,11 @@ def test_plan_rules():
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 4, 4, SMS) is None  # aligned: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS).kind == "long"  # unaligned: long rows
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
-        f = plan("forward", m, 1, 6144, 2, SMS)
+        f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
         assert f.grid == min(m, 4 * SMS)
+        f = plan("forward", m, 1, 7168, 2, SMS)  # the long forward: chunks, one block a row
+        assert (f.kind, f.widths, f.warps, f.occupancy, f.grid) == ("long", (4096, 0, 0), 8, 8, m)
 
 
 def test_plan_registers_within_the_compiled_need():
@@ -173,7 +182,7 @@ def test_row_groups():
 CASES = [
     ((37, 300), "one padded piece, odd M"),
     ((9, 5376), "three pieces"),
-    ((7, 6144), "two pieces"),
+    ((7, 6144), "two pieces (the forward: long rows, static)"),
     ((257, 128), "short rows, a partial tile"),
     ((3, 2, 5, 64), "4-D, two groups merge"),
     ((2, 3001), "unaligned rows"),
@@ -363,14 +372,17 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
 
     def plan_of(op, a, b, n, es, sms):
         p = plan(op, a, b, n, es, sms, long=True, chunk=chunk, onepass=False)  # the two-kernel backward
-        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == (op == "forward" and static_fit(n, es))
-        return dataclasses.replace(p, static=static and op == "forward")  # (no static two-kernel backward)
+        static_rows = op == "forward" and (static_fit(n, es) or long_fit(n, es, sms))  # the rules' static rows
+        assert p.kind == "long" and p.loads == K.LOADS_PLAIN and p.static == static_rows
+        on = static and op == "forward"  # (no static two-kernel backward)
+        return dataclasses.replace(p, static=on, unroll=p.unroll and on)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 22528), ("forward", "float16", 12288),
+@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 18432), ("forward", "float16", 12288),
+                                        ("forward", "bfloat16", 24576), ("forward", "float16", 10240),
                                         ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
                                         ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
                                         ("forward", "float16", 64450)])  # fmt: skip
@@ -379,7 +391,9 @@ def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200
     (bench/NOTES.md, session 21: bf16 4 KB chunks at 4 blocks, 160 bytes of stack); so did the
     static forward with its chunk count compiled in on rows of 64-bit loads (53908, which the
-    rules run with the count at run time; 64450, 32-bit loads, compiled in: session 23)."""
+    rules run with the count at run time; 64450, 32-bit loads, compiled in: session 23). The
+    aligned rows of session 28's static long forward: the lengths timed there, spill-free (7168
+    and its class at 8 blocks keep 16 bytes of stack, and ran fastest so: bench/NOTES.md)."""
     from bench.probes import sass
 
     try:

@@ -386,7 +386,22 @@ LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
 LONG_MIN_BLOCKS = 2
 LONG_MAX_BLOCKS = 4
-LONG_MIN_BYTES = 24 * 1024
+LONG_MIN_BYTES = 24 * 1024  # on runtime layouts (the chunk count at run time, a persistent grid)
+# Session 28 (ab/s28b, ab/s28c; H200, graph replay, us, shipped -> long): on static layouts, with the
+# chunk count compiled in (UNROLL) and one block per row, the long forward of aligned 16-bit rows
+# reaches 91-98% of the copy ceiling from 12 KB rows on, where the row tiles hold a row in 104-128
+# registers at 4 blocks of 4 warps (ncu, bf16 7168: 25% occupancy, torch.compile's looped kernel
+# 91%). About 64 Mi elements, 8 KB chunks, bf16 / fp16: 6144 69.8 / 69.4 -> 69.3 / 67.6, 7168 73.7 /
+# 72.3 -> 71.2 / 69.8, 10240 74.5 / 73.9 -> 71.1 / 70.2, 12288 75.5 / 74.1 -> 70.3 / 69.2, 14336
+# 81.7 / 77.6 -> 72.2 / 71.8, 18432 83.8 / 80.2 -> 75.6 / 75.1, 24576 86.8 / 84.9 -> 82.7 / 80.4;
+# bf16 16384 x 7168 127.7 -> 121.2, fp16 16384 x 5376 103.4 -> 91.2. Powers of two tie or lose
+# (8192 69.2 -> 69.1, 16384 71.7 -> 72.6, 32768 73.6 -> 89.7), so do 10 KB rows (bf16 5120 70.2 ->
+# 74.5, 5376 70.8 -> 73.4) and fp32 (8192 132.4 -> 138.4). The same kernels on runtime layouts ran
+# 8-30% slower, on a persistent grid 1-13% slower. Blocks per SM: as many as keep the rows in
+# flight within LONG_L2_SHARE of L2, up to LONG_STATIC_MAX_BLOCKS (7168 at 8: 71.2 against 72.5 at
+# 4; 14336, 18432 at 4: 72.2 / 75.6 against 73.7 / 80.7 at 8).
+LONG_STATIC_MIN_BYTES = 12 * 1024
+LONG_STATIC_MAX_BLOCKS = 8
 # The static long forward (static_fit rows past the row tiles: even 16-bit rows, 4- or 8-byte
 # aligned) compiles its chunk count in (kernels.rows_fwd_long's UNROLL) on rows of an odd number
 # of 4-byte words (n % 4 == 2, 32-bit loads), where tileiras keeps the loops' size (SASS, 5-15
@@ -635,10 +650,14 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         fits = LONG_L2_SHARE * L2_BYTES // (num_sms * per_block) >= ONEPASS_MAX_BLOCKS
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
+    # aligned rows on static layouts: the chunk count compiled in, one block per row (session 28)
+    aligned_static = op == "forward" and static and long_fit(n, elem_size, num_sms)
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
-        occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MAX_BLOCKS, fit)))
-        grid = rows if persistent is False else max(1, min(rows, num_sms * occupancy))
+        most = LONG_STATIC_MAX_BLOCKS if aligned_static else LONG_MAX_BLOCKS
+        occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
+        one_per_row = not persistent if persistent is not None else aligned_static
+        grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
     elif onepass:
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
         occupancy = occupancy or _prev_pow2(max(1, min(ONEPASS_MAX_BLOCKS, fit)))
@@ -648,8 +667,10 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     if loads is None:
         loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
-    static = static and (op == "forward" or onepass) and static_fit(n, elem_size, op)
-    unroll = static and op == "forward" and (n % LONG_UNROLL_WORD_ELEMS != 0 if unroll is None else unroll)
+    static = static and (op == "forward" or onepass) and (static_fit(n, elem_size, op) or aligned_static)
+    if unroll is None:
+        unroll = aligned_static or n % LONG_UNROLL_WORD_ELEMS != 0
+    unroll = static and op == "forward" and unroll
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
                     "long", 0, static, unroll, onepass)  # fmt: skip
 
@@ -667,14 +688,15 @@ def _core_backward(n: int, elem_size: int) -> bool:
     return elem_size == 2 and n % 2 == 0 and n <= CORE_BWD_MAX_ELEMS
 
 
-def long_fit(n: int, elem_size: int, num_sms: int) -> bool:
+def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
     16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
-    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_MIN_BYTES, not a
-    power of two, whose LONG_MAX_BLOCKS rows per SM fit LONG_L2_SHARE of L2 (the second pass reads
-    them from there)."""
+    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_STATIC_MIN_BYTES on
+    static layouts (LONG_MIN_BYTES on runtime ones), not a power of two, whose LONG_MAX_BLOCKS rows
+    per SM fit LONG_L2_SHARE of L2 (the second pass reads them from there)."""
     row = n * elem_size
-    return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row >= LONG_MIN_BYTES and n & (n - 1) != 0
+    least = LONG_STATIC_MIN_BYTES if static else LONG_MIN_BYTES
+    return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row >= least and n & (n - 1) != 0
             and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
 
 
@@ -735,7 +757,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms)):
+    if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
                          unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
     if long is None and not overridden and op == "forward" and _long_unaligned(n, elem_size):
