@@ -398,10 +398,16 @@ LONG_MIN_BYTES = 24 * 1024  # on runtime layouts (the chunk count at run time, a
 # (8192 69.2 -> 69.1, 16384 71.7 -> 72.6, 32768 73.6 -> 89.7), so do 10 KB rows (bf16 5120 70.2 ->
 # 74.5, 5376 70.8 -> 73.4) and fp32 (8192 132.4 -> 138.4). The same kernels on runtime layouts ran
 # 8-30% slower, on a persistent grid 1-13% slower. Blocks per SM: as many as keep the rows in
-# flight within LONG_L2_SHARE of L2, up to LONG_STATIC_MAX_BLOCKS (7168 at 8: 71.2 against 72.5 at
-# 4; 14336, 18432 at 4: 72.2 / 75.6 against 73.7 / 80.7 at 8).
+# flight within LONG_L2_SHARE of L2, up to LONG_STATIC_MAX_BLOCKS (14336, 18432 at 4: 72.2 / 75.6
+# against 73.7 / 80.7 at 8), and 4 where the last chunk is more than half a chunk: the SASS of such
+# rows at 8 blocks (48 registers) spills 16-48 bytes (6656-7680, 11264; 6144, 9216, 10240, 12288
+# none), and s28d timed them so: bf16 11264 82.1 -> 87.5 us (7168 at 8 still won, 71.2 against
+# 72.5 at 4). Past LONG_UNROLL_MAX_CHUNKS chunks the unrolled loop spills at 4 blocks too (22528:
+# 16 bytes, 84.9 -> 88.9; 24816: 56 bytes, 89.6 -> 106.3): those rows keep the runtime layouts'
+# plan.
 LONG_STATIC_MIN_BYTES = 12 * 1024
 LONG_STATIC_MAX_BLOCKS = 8
+LONG_UNROLL_MAX_CHUNKS = 5
 # The static long forward (static_fit rows past the row tiles: even 16-bit rows, 4- or 8-byte
 # aligned) compiles its chunk count in (kernels.rows_fwd_long's UNROLL) on rows of an odd number
 # of 4-byte words (n % 4 == 2, 32-bit loads), where tileiras keeps the loops' size (SASS, 5-15
@@ -651,10 +657,14 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
     # aligned rows on static layouts: the chunk count compiled in, one block per row (session 28)
-    aligned_static = op == "forward" and static and long_fit(n, elem_size, num_sms)
+    row = n * elem_size
+    aligned_static = (op == "forward" and static and long_fit(n, elem_size, num_sms)
+                      and row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES[op])  # fmt: skip
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
-        most = LONG_STATIC_MAX_BLOCKS if aligned_static else LONG_MAX_BLOCKS
+        most = LONG_MAX_BLOCKS
+        if aligned_static and 2 * (n % chunk) <= chunk:  # (a last chunk past half a chunk: 4, above)
+            most = LONG_STATIC_MAX_BLOCKS
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
         one_per_row = not persistent if persistent is not None else aligned_static
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
@@ -691,13 +701,16 @@ def _core_backward(n: int, elem_size: int) -> bool:
 def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
     16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
-    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_STATIC_MIN_BYTES on
-    static layouts (LONG_MIN_BYTES on runtime ones), not a power of two, whose LONG_MAX_BLOCKS rows
-    per SM fit LONG_L2_SHARE of L2 (the second pass reads them from there)."""
+    bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_MIN_BYTES, or on
+    static layouts from LONG_STATIC_MIN_BYTES to LONG_UNROLL_MAX_CHUNKS chunks, not a power of two,
+    whose LONG_MAX_BLOCKS rows per SM fit LONG_L2_SHARE of L2 (the second pass reads them from
+    there). ``long_plan`` runs the static ones with the chunk count compiled in, a block a row."""
     row = n * elem_size
-    least = LONG_STATIC_MIN_BYTES if static else LONG_MIN_BYTES
-    return (elem_size == 2 and n % VECTOR_ELEMS == 0 and row >= least and n & (n - 1) != 0
+    fits = (elem_size == 2 and n % VECTOR_ELEMS == 0 and n & (n - 1) != 0
             and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
+    if static and LONG_STATIC_MIN_BYTES <= row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]:
+        return fits
+    return fits and row >= LONG_MIN_BYTES
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
