@@ -822,7 +822,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
-        warps = 8 if width > WIDE_TILE[op] else 4
+        prefetchable = _need(op, elem_size, span, 1, 4) < REGISTERS_PER_SM // (32 * GATHERED_WARPS_PER_SM) + PREFETCH_OVER_CAP
+        warps = 8 if width > WIDE_TILE[op] or not prefetchable else 4  # (GATHERED_BWD_PREFETCH_WARPS above)
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
