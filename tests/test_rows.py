@@ -94,8 +94,8 @@ def test_plan_rules():
     f32 = plan("forward", 12483, 1, 5376, 4, SMS)  # fp32 one-row tiles: a block per tile
     assert f32.grid == 12483 and f32.tile_a == 1
     big = plan("forward", 2048, 1, 18432, 2, SMS)  # aligned 16-bit, 12 KB or more, not a power of two: long rows
-    assert (big.kind, big.widths, big.warps, big.occupancy, big.grid, big.loads, big.static, big.unroll) == (
-        "long", (4096, 0, 0), 8, 4, 2048, K.LOADS_PLAIN, True, True)  # fmt: skip (one block a row, static)
+    want = ("long", (4096, 0, 0), 8, 4, 2048, K.LOADS_PLAIN, True, True)  # one block a row, static, unrolled
+    assert (big.kind, big.widths, big.warps, big.occupancy, big.grid, big.loads, big.static, big.unroll) == want
     runtime = plan("forward", 2048, 1, 18432, 2, SMS, static=False)  # runtime layouts: a persistent grid
     assert (runtime.kind, runtime.occupancy, runtime.grid, runtime.static) == ("long", 4, 4 * SMS, False)
     mid = plan("forward", 9362, 1, 10240, 2, SMS)  # 20 KB: 8 blocks an SM keep the rows in flight within L2

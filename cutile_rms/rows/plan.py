@@ -28,8 +28,8 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
   but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
-  forward of aligned 16-bit rows of 24 KB or more that are not a power of two, 18432 among them:
-  the bullet on long rows below.)
+  forward of aligned 16-bit rows of 12 KB or more that are not a power of two, 7168 and 18432
+  among them: the bullet on long rows below.)
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
   first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
   thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
@@ -99,10 +99,13 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   past N tileiras drops, with registers counted on N; their backward tiles keep IN_FLIGHT_BYTES
   of x and dy in flight at 8 blocks an SM. So 16-bit rows of 8 x odd elements under 2 KB leave
   the core kernels, forward and (by default) backward.
-- 16-bit rows of a multiple of 16 elements, of 24 KB or more, that are not a power of two
-  (``long_fit``: 4 rows an SM fit half of L2; 12288-24816 on 132 SMs) run forward on the
-  long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps at 4
-  blocks an SM (no padded lanes, few registers, many warps).
+- 16-bit rows of a multiple of 16 elements, of 12 KB or more, that are not a power of two
+  (``long_fit``: 4 rows an SM fit half of L2; 6144-24816 on 132 SMs) run forward on the
+  long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps (no
+  padded lanes, few registers, many warps). Up to LONG_UNROLL_MAX_CHUNKS chunks (20480 elements)
+  on static layouts with the chunk count compiled in, one block per row, 4 or 8 blocks an SM
+  (session 28: torch.compile's structure; 1.02-1.17x); longer rows, and every such row on runtime
+  layouts from 24 KB on, on a persistent grid at 4 blocks (session 21).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -238,6 +241,12 @@ GATHER_GRANULE = 32
 # / 336.2; 45000 x 1501 (bf16) 221.0 -> 180.2; 37000 x 1777 (fp16) 238.3 -> 234.0. Tiles the rules
 # already run at 16 warps per SM stay (60001 x 1111: 2 x 1120 170.1 us, one row 193.6, one row at
 # 32 warps per SM 221.8; 120000 x 555: 4 x 576 197.3, one row 269.5 / 227.7).
+# One-row gathered 16-bit backward tiles whose 4-warp register line cannot take the prefetch (need
+# at or past the 128 registers of 16 warps an SM plus PREFETCH_OVER_CAP) run on 8 warps at 2
+# blocks, where they prefetch. Session 28 (ab/s27h), H200, us, 4 warps at 4 blocks (no prefetch)
+# -> 8 at 2 (prefetch), bf16 / fp16: 2859 171.7 / 172.8 -> 152.1 / 146.9, 3001 168.8 / 169.3 ->
+# 149.1 / 144.6, 3002 170.5 / 171.6 -> 149.1 / 158.8, 3172 160.8 / 154.4 -> 137.5 / 142.9, 3500
+# 153.4 / 156.2 -> 132.9 / 135.8 (predicted 1.3-1.45x: came out 1.08-1.18x).
 GATHERED_BWD_MIN_WIDTH = 2048
 GATHERED_WARPS_PER_SM = 16
 # The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
@@ -822,8 +831,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
-        prefetchable = _need(op, elem_size, span, 1, 4) < REGISTERS_PER_SM // (32 * GATHERED_WARPS_PER_SM) + PREFETCH_OVER_CAP
-        warps = 8 if width > WIDE_TILE[op] or not prefetchable else 4  # (GATHERED_BWD_PREFETCH_WARPS above)
+        cap = REGISTERS_PER_SM // (32 * GATHERED_WARPS_PER_SM)  # a thread's registers at 16 warps an SM
+        prefetchable = _need(op, elem_size, span, 1, 4) < cap + PREFETCH_OVER_CAP  # (above GATHERED_BWD_MIN_WIDTH)
+        warps = 8 if width > WIDE_TILE[op] or not prefetchable else 4
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
