@@ -657,7 +657,10 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
     whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL);
     onepass: the backward in one kernel (ONEPASS_MAX_BLOCKS), on static layouts where
-    ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts."""
+    ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts;
+    loads: kernels.LOADS_* (None: gathers on unaligned rows, else plain loads); persistent (the
+    forward): a persistent grid (True) or one block per row (False), None: one block per row for
+    aligned rows on static layouts (LONG_STATIC_* above), else persistent."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
