@@ -492,7 +492,8 @@ def test_prefetch_rule():
     PREFETCH_OVER_CAP (bench/NOTES.md, session 26: the lengths it won and lost at); the lanes
     backward always (LANES_BWD_PREFETCH, session 27); never forward or long plans; an override wins."""
     on = [(689, 2), (1407, 2), (2301, 2), (5555, 2), (128, 2), (256, 2), (1302, 2), (749, 4), (1407, 4), (4999, 4)]
-    off = [(3001, 2), (5905, 2), (136, 2), (292, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
+    on.append((3001, 2))  # over the cap on 4 warps: 8 warps, where it prefetches (session 28)
+    off = [(5905, 2), (136, 2), (292, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
     for n, es in on + off:
         p = plan("backward", 1 << 20, 1, n, es, SMS)
         assert p.kind == "tile" and p.prefetch == ((n, es) in on), (n, es, p)
@@ -918,10 +919,10 @@ def test_pieces_checked_element_by_element_are_gathered():
 
 def test_gathered_16bit_tiles_take_16_warps_per_sm():
     """Unaligned 16-bit rows: the backward of rows of 2048 or more takes one-row tiles at 16
-    warps per SM (8 warps a block past 4096 elements), narrower ones the register line's rows
-    halved until the tile holds 16 warps per SM; one-row forward tiles of 8192 take 8 warps;
-    multi-row forward tiles keep their rules."""
-    for n, warps in ((1974, 4), (3122, 4), (3900, 8), (8116, 8)):
+    warps per SM (8 warps a block past 4096 elements, and where 4 warps could not prefetch:
+    session 28), narrower ones the register line's rows halved until the tile holds 16 warps per
+    SM; one-row forward tiles of 8192 take 8 warps; multi-row forward tiles keep their rules."""
+    for n, warps in ((1974, 4), (2301, 4), (3122, 8), (3900, 8), (8116, 8)):
         p = plan("backward", 9999, 1, n, 2, SMS)
         assert (p.tile_a, p.warps, p.occupancy, p.loads) == (1, warps, 16 // warps, K.LOADS_GATHER), n
     # narrower rows: the register line's rows, halved until the tile holds 16 warps per SM
