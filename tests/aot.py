@@ -459,9 +459,10 @@ def _long_jobs(add):
             try:
                 if op == "forward":  # aligned rows (22528 elements): plain loads
                     job(long_plan(op, 4099, 1, 22528, es, 132), 22528, x, casting, has_weight, kernels, "aligned")
-                    p = long_plan(op, 4099, 1, 7168, es, 132)  # up to 5 chunks: static, unrolled (session 28)
-                    assert p.static and p.unroll and p.grid == 4099, p
-                    job(p, 7168, x, casting, has_weight, kernels, "aligned static")
+                    for n in (7168, 10240):  # up to 5 chunks: static, unrolled, 4 and 8 blocks (session 28)
+                        p = long_plan(op, 4099, 1, n, es, 132)
+                        assert p.static and p.unroll and p.grid == 4099, p
+                        job(p, n, x, casting, has_weight, kernels, "aligned static")
                 if op == "backward" and casting == K.CAST_LLAMA:
                     p = long_plan(op, 4099, 1, 25262, es, 132, onepass=True)
                     assert p.static, p

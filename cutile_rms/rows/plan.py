@@ -28,8 +28,8 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
   but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
-  forward of aligned 16-bit rows of 12 KB or more that are not a power of two, 7168 and 18432
-  among them: the bullet on long rows below.)
+  forward of aligned 16-bit rows of 12 KB or more on static layouts, 24 KB on runtime ones, that
+  are not a power of two, 7168 and 18432 among them: the bullet on long rows below.)
 - pieces: a row of n elements is held as at most MAX_PIECES power-of-two pieces, largest
   first, with the least padding, none narrower than MIN_PIECE_BYTES (a 16-byte vector for each
   thread of 4 warps) unless the row is: 18432 = 16384 + 2048, 5376 -> 4096 + 2048, 1536 ->
@@ -121,7 +121,10 @@ A row's plan depends on n, the element size and B only, never on A (the number o
 is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
-a vector: the JIT proves no wider alignment either way).
+a vector: the JIT proves no wider alignment either way). Rows that take static layouts
+(``static_fit``, the aligned long forward) plan again on runtime layouts once a process has
+compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
+depend on what the process ran before (a bounded cache, not the batch).
 """
 
 import functools
@@ -388,8 +391,9 @@ STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # it takes: 16-bit, a multiple of VECTOR_ELEMS, of at least LONG_MIN_BYTES (the shortest row
 # measured to win: 12288; 7168 lost and 8208-12280 were not timed), not a power of two,
 # LONG_MAX_BLOCKS rows an SM in that share of L2 (up to 48 KB a row on 132 SMs: 12288-24816
-# elements). The odd results of the other settings were spills (SASS: 4 KB chunks at 4 blocks,
-# 160 bytes of stack); tests/test_rows.py compiles the rules' long plans and checks for none.
+# elements). Session 28 (below) took rows from 12 KB on static layouts. The odd results of the
+# other settings were spills (SASS: 4 KB chunks at 4 blocks, 160 bytes of stack);
+# tests/test_rows.py compiles the rules' long plans and checks for none.
 LONG_CHUNK_BYTES = {"forward": 8 * 1024, "backward": 8 * 1024}
 LONG_WARPS = {"forward": 8, "backward": 8}
 LONG_BWD_BLOCKS = 2
@@ -401,8 +405,9 @@ LONG_MIN_BYTES = 24 * 1024  # on runtime layouts (the chunk count at run time, a
 # reaches 91-98% of the copy ceiling from 12 KB rows on, where the row tiles hold a row in 104-128
 # registers at 4 blocks of 4 warps (ncu, bf16 7168: 25% occupancy, torch.compile's looped kernel
 # 91%). About 64 Mi elements, 8 KB chunks, bf16 / fp16: 6144 69.8 / 69.4 -> 69.3 / 67.6, 7168 73.7 /
-# 72.3 -> 71.2 / 69.8, 10240 74.5 / 73.9 -> 71.1 / 70.2, 12288 75.5 / 74.1 -> 70.3 / 69.2, 14336
-# 81.7 / 77.6 -> 72.2 / 71.8, 18432 83.8 / 80.2 -> 75.6 / 75.1, 24576 86.8 / 84.9 -> 82.7 / 80.4;
+# 72.3 -> 71.2 / 69.8 (at 8 blocks; the rule's 4: 72.5 / 70.5), 10240 74.5 / 73.9 -> 71.1 /
+# 70.2, 12288 75.5 / 74.1 -> 70.3 / 69.2, 14336 81.7 / 77.6 -> 72.2 / 71.8, 18432 83.8 / 80.2 ->
+# 75.6 / 75.1, 24576 86.8 / 84.9 -> 82.7 / 80.4;
 # bf16 16384 x 7168 127.7 -> 121.2, fp16 16384 x 5376 103.4 -> 91.2. Powers of two tie or lose
 # (8192 69.2 -> 69.1, 16384 71.7 -> 72.6, 32768 73.6 -> 89.7), so do 10 KB rows (bf16 5120 70.2 ->
 # 74.5, 5376 70.8 -> 73.4) and fp32 (8192 132.4 -> 138.4). The same kernels on runtime layouts ran
@@ -654,13 +659,15 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
               persistent: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
-    caller may run static layouts, which the forward takes where ``static_fit`` does; unroll:
+    caller may run static layouts, which the forward takes where ``static_fit`` does and on
+    aligned rows of ``long_fit`` in at most LONG_UNROLL_MAX_CHUNKS chunks; unroll:
     whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL);
     onepass: the backward in one kernel (ONEPASS_MAX_BLOCKS), on static layouts where
     ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts;
     loads: kernels.LOADS_* (None: gathers on unaligned rows, else plain loads); persistent (the
     forward): a persistent grid (True) or one block per row (False), None: one block per row for
-    aligned rows on static layouts (LONG_STATIC_* above), else persistent."""
+    aligned rows on static layouts in at most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_*
+    above), else persistent."""
     chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
@@ -669,9 +676,8 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
     # aligned rows on static layouts: the chunk count compiled in, one block per row (session 28)
-    row = n * elem_size
     aligned_static = (op == "forward" and static and long_fit(n, elem_size, num_sms)
-                      and row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES[op])  # fmt: skip
+                      and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS)  # fmt: skip
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         most = LONG_MAX_BLOCKS
