@@ -647,6 +647,13 @@ def _resident(need: float, threads: int) -> int:
     return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
 
 
+def _prefetches(need: float, occupancy: int, threads: int) -> bool:
+    """Whether a backward row tile of the register line's need, at occupancy blocks of threads
+    an SM, reads its next tile first (PREFETCH_* above)."""
+    cap = min(MAX_THREAD_REGS, REGISTERS_PER_SM // (occupancy * threads))
+    return occupancy <= PREFETCH_MAX_BLOCKS and need < cap + PREFETCH_OVER_CAP
+
+
 def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
     """The backward's occupancy hint: the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per
     SM, at most ``resident``, rounded down to a power of two."""
@@ -840,9 +847,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     gathered16 = unal and elem_size < 4  # 16-bit tiles read through gathers (GATHERED_* above)
     if gathered16 and auto and op == "backward" and width >= GATHERED_BWD_MIN_WIDTH:
         rows = 1
-        cap = REGISTERS_PER_SM // (32 * GATHERED_WARPS_PER_SM)  # a thread's registers at 16 warps an SM
-        prefetchable = _need(op, elem_size, span, 1, 4) < cap + PREFETCH_OVER_CAP  # (above GATHERED_BWD_MIN_WIDTH)
-        warps = 8 if width > WIDE_TILE[op] or not prefetchable else 4
+        four = _prefetches(_need(op, elem_size, span, 1, 4), GATHERED_WARPS_PER_SM // 4, 128)  # 4 warps prefetch?
+        warps = 8 if width > WIDE_TILE[op] or not four else 4  # (above GATHERED_BWD_MIN_WIDTH)
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
@@ -888,8 +894,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     widths = (*ps, 0, 0)[:3]
     if op != "backward":
         prefetch = False
-    elif prefetch is None:  # PREFETCH_* above
-        cap = min(MAX_THREAD_REGS, REGISTERS_PER_SM // (occupancy * threads))
-        prefetch = occupancy <= PREFETCH_MAX_BLOCKS and need < cap + PREFETCH_OVER_CAP
+    elif prefetch is None:
+        prefetch = _prefetches(need, occupancy, threads)
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
                     static, prefetch=prefetch)  # fmt: skip
