@@ -388,7 +388,8 @@ def _rows_jobs(add):
     for n in (1098, 3260, 2876, 7724):
         for op in ("forward", "backward"):
             for static in (True, False):
-                _rows_job(add, "static", op, plan(op, 4099, 1, n, 2, 132, static=static), n, "bfloat16", "bfloat16")
+                p = plan(op, 4099, 1, n, 2, 132, static=static, long=False)  # (7724: the long forward's, above)
+                _rows_job(add, "static", op, p, n, "bfloat16", "bfloat16")
     for n in (1144, 6152):
         for op in ("forward", "backward"):
             _rows_job(add, "static 8 | N", op, plan(op, 4099, 1, n, 2, 132), n, "bfloat16", "bfloat16")
@@ -463,6 +464,10 @@ def _long_jobs(add):
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099, p
                         job(p, n, x, casting, has_weight, kernels, "aligned static")
+                    for n in (17284, 28044):  # even unaligned rows: a block a row, 8 / 16 KB chunks (session 29)
+                        p = long_plan(op, 4099, 1, n, es, 132)
+                        assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == (n > 20480) * 4096 + 4096
+                        job(p, n, x, casting, has_weight, kernels, "unaligned static, a block a row")
                 if op == "backward" and casting == K.CAST_LLAMA:
                     p = long_plan(op, 4099, 1, 25262, es, 132, onepass=True)
                     assert p.static, p
@@ -479,9 +484,10 @@ def _long_jobs(add):
 def _lanes_jobs(add):
     """The lanes kernels (short unaligned rows), forward and backward: each element size's plans
     (W = 128 and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
-    presence, the forward with and without rstd."""
+    presence, the forward with and without rstd; on runtime layouts, and on the static ones of
+    odd rows (plan.odd_static: 2-D, B = 1)."""
     from cutile_rms.rows import launch as RL
-    from cutile_rms.rows.plan import lanes_plan
+    from cutile_rms.rows.plan import lanes_plan, odd_static
 
     rstd = arr("float32", 2, last_div=1)
     cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
@@ -498,6 +504,12 @@ def _lanes_jobs(add):
                               dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
                 add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
                     RL._VARIANTS[name, False][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+                if b == 1 and odd_static(n, ELEMENT_BYTES[x], op):
+                    q = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=True)
+                    values.update(_rows_arrays(x, x if has_weight else None, True, ("x", "y", "dy", "dx", "w"), n=n))
+                    values["dw_partial"] = static_rows(arr("float32", 2), q.widths[0]) if has_weight else values["x"]
+                    add(f"rows {name} static {x} n={n} cast={casting} w={has_weight} rstd={store} {q}",
+                        RL._VARIANTS[name, True][q.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4)

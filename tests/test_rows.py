@@ -26,6 +26,8 @@ from cutile_rms.rows.plan import (
     lanes_plan,
     long_fit,
     long_plan,
+    long_static_chunk,
+    odd_static,
     pieces,
     plan,
     short_backward,
@@ -85,7 +87,10 @@ def test_plan_rules():
     assert (e.tile_a, e.warps, e.occupancy, e.grid) == (1, 4, 3, 8192)
     for n, es in ((8192, 4), (7168, 4), (8116, 4)):  # the line's 3 blocks of 4 warps: a hint of 3
         assert plan("forward", 8192, 1, n, es, SMS, any_length=True).hints == (3, 4), (n, es)
-    assert plan("forward", 8192, 1, 8116, 2, SMS).hints == (2, 8)  # 8 warps: a cap of 85 registers spilled
+    assert plan("forward", 8192, 1, 8116, 2, SMS, long=False).hints == (2, 8)  # 8 warps: 85 registers spilled
+    # even unaligned 16-bit rows of 12 KB or more: the static long forward, a block a row (session 29)
+    u = plan("forward", 8192, 1, 8116, 2, SMS)
+    assert (u.kind, u.static, u.unroll, u.widths[0], u.occupancy, u.grid) == ("long", True, True, 4096, 4, 8192)
     c = plan("forward", 21845, 1, 3072, 2, SMS)  # a 6 KB row per tile, 8 blocks of 4 warps per SM
     assert (c.tile_a, c.widths, c.warps, c.occupancy, c.grid) == (1, (2048, 1024, 0), 4, 8, 21845)
     assert plan("forward", 99, 1, 1536, 2, SMS).widths == (2048, 0, 0)  # a 3 KB row: one piece, 4 rows a tile
@@ -330,7 +335,10 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     assert bwd.kind == "long" and not bwd.static  # the long backward: runtime layouts (session 23)
     fwd = plan("forward", 3, 1, n, es, SMS)
     assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
-    assert es != 2 or fwd.unroll == (fwd.static and n % 4 == 2)  # the chunk count compiled in: 32-bit loads
+    one_row = long_static_chunk(n, es, SMS)  # a block a row, the chunk count compiled in (session 29)
+    assert es != 2 or fwd.unroll == (fwd.static and (n % 4 == 2 or bool(one_row)))  # else: 32-bit loads
+    many = plan("forward", 99999, 1, n, es, SMS)
+    assert es != 2 or ((many.grid == 99999) == bool(one_row) and many.widths[0] == (one_row or 4096))
 
     def plan_of(*args):
         return long_plan(*args, static=static, unroll=False if "run time" in what else None)
@@ -362,6 +370,19 @@ def test_long_rows_onepass(dev, shape, what, casting, dtype, has_weight, offset,
 
 # The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
 # overhang N), with the rules' chunk and a narrow one.
+@pytest.mark.parametrize("shape", [(3, 17284), (2, 3, 28044), (3, 9434)], ids=str)
+@pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS[:6], ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS[:6]])
+def test_long_rows_one_block_a_row(dev, shape, casting, dtype, gen):
+    """The static long forward of even unaligned 16-bit rows (plan.long_static_chunk: 8 KB chunks
+    up to 5, 16 KB past that, one block a row, the chunk count compiled in), against float64 with
+    the backward the rules give those rows."""
+    n = shape[-1]
+    p = plan("forward", 99999, 1, n, 2, SMS)
+    assert (p.kind, p.static, p.unroll, p.grid) == ("long", True, True, 99999)
+    assert p.widths[0] == long_static_chunk(n, 2, SMS) == (8192 if n > 5 * 4096 else 4096)
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan)
+
+
 LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a partial chunk"), ((5, 1040), "one chunk")]
 
 
@@ -427,10 +448,16 @@ LANES_CASES = [
 @pytest.mark.parametrize("shape,what", LANES_CASES, ids=[c[1] for c in LANES_CASES])
 @pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS, ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS])
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
-def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
+@pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
+def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, static, gen):
     """y, rstd, dx and dw of rows_fwd_lanes and rows_bwd_lanes, NaN-poisoned first, against
-    float64; x and dy are left as they were."""
-    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, lanes_plan)
+    float64, on runtime layouts and on static ones (plan.odd_static); x and dy are left as they
+    were."""
+
+    def plan_of(*args):
+        return lanes_plan(*args, static=static)
+
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
 LOADS_CASES = [
@@ -565,6 +592,23 @@ def test_static_fit():
     assert backward_by_default(292, 4) and not backward_by_default(1128, 4) and not backward_by_default(4096 + 16, 2)
 
 
+def test_odd_static():
+    """Odd rows keep their runtime plan, compiled for their layout (session 29): the 16-bit
+    forward up to the row tiles' longest, the 16-bit backward on the lanes kernels, the fp32
+    forward up to 512 elements; nothing else changes in the plan."""
+    for n, es, op, on in ((135, 2, "forward", True), (303, 2, "forward", True), (16001, 2, "forward", True),
+                          (135, 2, "backward", True), (303, 2, "backward", False), (2747, 2, "backward", False),
+                          (303, 4, "forward", True), (1023, 4, "forward", False), (135, 4, "backward", False),
+                          (1098, 2, "forward", False), (1104, 2, "forward", False)):  # fmt: skip
+        assert odd_static(n, es, op) == on, (n, es, op)
+        if n % 2:
+            p = plan(op, 4099, 1, n, es, SMS)
+            assert p.static == on and dataclasses.replace(p, static=False) == plan(
+                op, 4099, 1, n, es, SMS, static=False
+            )
+    assert not odd_static(18433, 2) and plan("forward", 99, 1, 18433, 2, SMS).kind == "long"
+
+
 def test_static_layouts_are_bounded(monkeypatch):
     """The launchers plan a process's first STATIC_LAYOUTS row layouts (B, N) that the rules put on
     static layouts (plan.static_fit) on them, later ones on runtime layouts (no compile per new
@@ -578,11 +622,12 @@ def test_static_layouts_are_bounded(monkeypatch):
     monkeypatch.setattr(RL, "_static_layouts", {(1, 1098)})
     assert RL.plan("forward", 99, 1, 1098, 2, SMS).static is True  # a known one: static
     assert RL.plan("forward", 99, 1, 1104, 2, SMS).static is False  # aligned rows: runtime (plan.static_fit)
-    assert RL.plan("forward", 99, 1, 1097, 2, SMS, any_length=True).static is False  # odd rows too
-    assert RL._static_layouts == {(1, 1098)}  # neither took a place
+    assert RL._static_layouts == {(1, 1098)}  # it took no place
+    assert RL.plan("forward", 99, 1, 1097, 2, SMS).static is True  # odd rows (plan.odd_static) take one
+    assert RL._static_layouts == {(1, 1098), (1, 1097)}
     with interpret.interpreting():
         assert RL.static_layout(1, 12345)
-    assert RL._static_layouts == {(1, 1098)}
+    assert RL._static_layouts == {(1, 1098), (1, 1097)}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
@@ -800,7 +845,8 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
             tile, blocks = 2048, {"forward": 8, "backward": 4}[op]
             for a in (1, 7, 4099, 100000):
                 p = plan(op, a, 1, n, es, SMS)
-                assert p == lanes_plan(op, a, 1, n, es, SMS) and p.kind == "lanes", (n, es, a)
+                static = odd_static(n, es, op)  # odd rows: compiled for their layout (session 29)
+                assert p == lanes_plan(op, a, 1, n, es, SMS, static=static) and p.kind == "lanes", (n, es, a)
                 assert (p.widths, p.lanes, p.tile_a * p.tile_b, p.warps, p.occupancy) == ((w, 0, 0), lanes, tile // w,
                                                                                           4, blocks)  # fmt: skip
                 assert p.grid == min(-(-a // p.tile_a), blocks * SMS) and p.loads == K.LOADS_GATHER

@@ -44,7 +44,7 @@ def space(op, dtype, m, n):
 def plan_of(c, persistent=None):
     """A candidate's plan: the plan keywords it names (the rules' choice for the others), on static
     layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
-    take them, row tiles and the long forward); a long-row plan where the rules give one or it
+    take them: row tiles, the lanes kernels and the long forward); a long-row plan where the rules give one or it
     says "long": true (with "chunk", in elements)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
@@ -55,7 +55,7 @@ def plan_of(c, persistent=None):
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
              unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"))  # fmt: skip
-    if not (force and p is not None and (p.kind == "tile" or (p.kind, p.op) == ("long", "forward"))):
+    if not (force and p is not None and (p.kind in ("tile", "lanes") or (p.kind, p.op) == ("long", "forward"))):
         return p
     multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1
     if multi_row and c.get("loads") is None:  # plain loads, as the static rule plans them

@@ -25,17 +25,17 @@ longer than one block holds (plan.long_plan) run on the long-row kernels at the 
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
 
-Static row layouts: rows_fwd, rows_bwd, rows_fwd_long and rows_bwd_long_onepass (``row_kernel``)
-take their rows as ``RowArray`` (N and the three
-strides compile-time constants, cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW
-partials as ``RowVector`` (the last dim constant), so a launch compiles once per row length and
-layout, as torch.compile and Quack do; M stays a runtime value. Knowing the row stride, tileiras
-loads a 16-bit row of even length 4 bytes at a time (8 where 4 divides N), which the JIT of a
-runtime layout, proving 16 bytes or nothing, reads 2 bytes an element; knowing N, it drops the
-loads, stores and checks of the lanes past N. plan.static_fit says where the rules take them
-(bench/NOTES.md, session 20). ``DYNAMIC[kernel]`` is the same kernel with runtime layouts: what
-the other rows run, and the launchers' fallback once a process has compiled
-rows.launch.STATIC_LAYOUTS row layouts.
+Static row layouts: rows_fwd, rows_bwd, rows_fwd_long, rows_bwd_long_onepass and the lanes kernels
+(``row_kernel``) take their rows as ``RowArray`` (N and the three strides compile-time constants,
+cuTile's documented ``ct.ArrayAnnotation``) and the weight and dW partials as ``RowVector`` (the
+last dim constant), so a launch compiles once per row length and layout, as torch.compile and Quack
+do; M stays a runtime value. Knowing the row stride, tileiras loads a 16-bit row of even length 4
+bytes at a time (8 where 4 divides N), which the JIT of a runtime layout, proving 16 bytes or
+nothing, reads 2 bytes an element; knowing N, it drops the loads, stores and checks of the lanes
+past N and folds the row offsets into immediates (half the instructions of an odd row's lanes tile).
+plan.static_fit and plan.odd_static say where the rules take them (bench/NOTES.md, sessions 20 and
+29). ``DYNAMIC[kernel]`` is the same kernel with runtime layouts: what the other rows run, and the
+launchers' fallback once a process has compiled rows.launch.STATIC_LAYOUTS row layouts.
 """
 
 import types
@@ -497,9 +497,9 @@ def _store_lanes(a, ia, ib, t):
     ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
 
 
-@tile_kernel
-def rows_fwd_lanes(x, w, y, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, CASTING: C_INT,
-                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+@row_kernel
+def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
+                   L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
@@ -540,9 +540,10 @@ def _lanes_dx(dx, ia, ib, rstd, xt, dt, wp, inv_n):
     return dyf, xhat
 
 
-@tile_kernel
-def rows_bwd_lanes(x, dy, w, rstd_in, dx, dw_partial, offset, TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT,
-                   HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, PREFETCH: C_BOOL):  # fmt: skip
+@row_kernel
+def rows_bwd_lanes(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
+                   TILE_A: C_INT, TILE_B: C_INT, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
+                   PREFETCH: C_BOOL):  # fmt: skip
     """rows_bwd for short unaligned rows, x and dy gathered as rows_fwd_lanes gathers x; dx leaves
     through one ct.store an iteration, and this block's dW, summed in a lanes-shaped accumulator,
     goes into row bid of dw_partial ((grid, L * K) fp32: the columns past N sum to 0). PREFETCH:

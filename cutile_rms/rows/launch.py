@@ -57,8 +57,8 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "backward_long_onepass": (K.rows_bwd_long_onepass, LONG_PARAMS["backward_long_onepass"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
-# Kernel objects by (op, static) and hints: runtime layouts (the twins of the row-tile and long-row
-# kernels, the lanes kernels themselves), and the row-tile and long-row kernels' static layouts.
+# Kernel objects by (op, static) and hints: runtime layouts (the kernels' twins, K.DYNAMIC) and the
+# static layouts of every row kernel that has them.
 _VARIANTS = {(op, False): HintVariants(K.DYNAMIC.get(kernel, kernel)) for op, (kernel, _) in KERNELS.items()}
 _VARIANTS.update({(op, True): HintVariants(kernel) for op, (kernel, _) in KERNELS.items() if kernel in K.DYNAMIC})
 # Row layouts (B, N) a process runs on static kernels, each compiled for it on first use (about a

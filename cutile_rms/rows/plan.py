@@ -106,6 +106,12 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   on static layouts with the chunk count compiled in, one block per row, 4 or 8 blocks an SM
   (session 28: torch.compile's structure; 1.02-1.17x); longer rows, and every such row on runtime
   layouts from 24 KB on, on a persistent grid at 4 blocks (session 21).
+- odd rows (``odd_static``, session 29): their runtime plan, compiled for the row layout (tileiras
+  then drops the lanes past N and folds the row offsets: about half the instructions of a lanes
+  tile), forward for 16-bit rows the row tiles hold and fp32 rows up to 512 elements, backward on
+  the 16-bit lanes tiles. Even unaligned 16-bit rows that load 4 or 8 bytes at a time, from 12 KB
+  to 5 chunks of 16 KB (``long_static_chunk``), run the static long forward one block per row as
+  the aligned ones do (session 29: 1.04-1.3x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -140,6 +146,8 @@ __all__ = [
     "lanes_plan",
     "long_fit",
     "long_plan",
+    "long_static_chunk",
+    "odd_static",
     "pieces",
     "plan",
     "short_backward",
@@ -358,6 +366,28 @@ STATIC_PADDED_BLOCKS = MAX_BLOCKS_PER_SM
 # blocks: bf16 292 8 x (256 + 64) at 4 blocks 236.0 -> 4 x 512 at 8 178.4 (8 x 512 at 4: 287.0),
 # fp32 292 (the core's) 284.1 -> 2 x 512 at 8 223.8.
 STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
+# Odd rows on static layouts (``odd_static``, session 29): an odd row loads 2 (fp32: 4) bytes an
+# element on any layout, but with N and the row stride compiled in tileiras drops the lanes past N
+# and folds the row offsets into immediates: far fewer instructions where a tile holds several
+# rows or padded lanes. SASS (sm_90), bf16 rows_fwd_lanes 8 x 256 on 4 warps, runtime -> static:
+# 672 -> 344 instructions at 135 (loop body 390 -> 227: 1.44 warp instructions an element at
+# runtime, where the copy rate needs 5.6 a clock an SM against the 4 it issues), 376 at 211, 384
+# at 255; gathered row tiles 1175 (4 x 2048) 1464 -> 808, 2747 (2048 + 1024) 632 with 40 bytes of
+# stack -> 456 and none. They keep the runtime plan (pieces, gathers, blocks): only the layout
+# changes. H200, graph replay, M = 64 Mi / N, us (ab/s29a): forward bf16 135 134.9 -> 107.8, 211
+# 95.5 -> 89.2, 255 88.9 -> 85.3, 303 (16 x 512 gathered) 104.6 -> 96.5, 421 87.3 -> 90.0 (the
+# lanes tile 8 x 512, static: 87.3), 1175 90.6 -> 79.6, 2747 98.7 -> 86.2, 5001 92.2 -> 93.2; fp16
+# 135 117.3 -> 105.0; fp32 135 / 211 / 255 within 0.7%, 303 146.3 -> 134.3. Backward bf16 135
+# 194.8 -> 169.2, 211 148.4 -> 145.0, 303 196.7 -> 198.8, 1175 187.9 -> 185.0; fp32 135 / 211
+# 207.9 / 209.1 -> 212.7 / 211.9. Session 29 (ab/s29b), static / runtime: forward bf16 3001 83.3 /
+# 95.5, 4001 81.0 / 82.1, 6001 88.0 / 87.2, 7001 93.4 / 93.0, 8191 90.2 / 89.5, 9001 86.0 / 101.8,
+# 12001 94.7 / 94.3, 16001 122.8 / 123.3; fp16 303 96.0 / 104.5, 1175 78.5 / 90.0; fp32 405 132.9 /
+# 132.5, 1023 134.7 / 131.6; backward bf16 2747 183.3 / 159.8, 5001 165.8 / 173.6, 8191 191.6 /
+# 179.0. So: the 16-bit forward wherever the row tiles hold the row (ties within 1% but 421,
+# 0.97x), the backward on the lanes tiles only (one-row tiles lost up to 13%), fp32 forward rows up
+# to 512 elements (its 512-wide multi-row tiles; 1023 lost 2%).
+ODD_STATIC_MAX_ELEMS = MAX_ROW_ELEMS["forward"]
+ODD_STATIC_FP32_MAX_ELEMS = 512
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -433,6 +463,22 @@ LONG_UNROLL_MAX_CHUNKS = 5
 # -> 126.1 / 125.7); n % 4 == 0: 53908 127.8 / 113.3 -> 172.9 / 128.5, 60172 138.7 / 119.5 ->
 # 142.3 / 129.6, but 22356 (5 chunks at 4 blocks, no spill) 92.0 / 86.1 -> 80.3 / 80.6.
 LONG_UNROLL_WORD_ELEMS = 4
+# Even unaligned 16-bit rows of 4- or 8-byte loads on static layouts (not a multiple of 8) take the
+# static long forward of aligned rows too, one block per row with the chunk count compiled in
+# (``long_static_chunk``): from LONG_STATIC_MIN_BYTES, in 8 KB chunks up to LONG_UNROLL_MAX_CHUNKS
+# of them, past that in LONG_WIDE_CHUNK_BYTES chunks up to as many; at LONG_MAX_BLOCKS blocks an SM
+# (fewer where L2 says: 8 won only at 6500 and spilled or lost elsewhere). Before, the row tiles
+# took them up to 8192 elements (4 blocks of 4 warps, several pieces) and a persistent grid of 8 KB
+# chunks with the count at run time past that. Session 29 (ab/s29b, ab/s29c; H200, graph replay,
+# bf16, about 64 Mi elements, us, before -> the rule; the best candidate in brackets): 5564 (11 KB,
+# under the bound) 82.4 [76.8], 6500 88.4 -> 74.9 [71.4 at 8 blocks], 7254 92.5 -> 74.0, 9434 79.1
+# -> 73.9, 10812 83.5 -> 75.6 [73.7 in 16 KB chunks], 13514 83.2 -> 77.2, 17284 87.6 -> 84.5 [74.4
+# in 16 KB chunks], 21010 85.3 -> 84.9 (16 KB chunks at 4 blocks; 80.1 at 2), 28044 113.0 -> 84.7
+# (16 KB at 2), 33580 115.3 -> 98.3 (16 KB at 2; 96.6 at 4; Quack 78.8 in the random set); fp16
+# 17284 86.0 -> [73.9]. Past 5 chunks the loop, compiled in or not, lost (41234 in 16 KB chunks
+# rolled: 124.6 against the persistent grid's 118.1). The SASS of the rule's plans holds no stack;
+# 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
+LONG_WIDE_CHUNK_BYTES = 16 * 1024
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -591,6 +637,18 @@ def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     return elem_size == 4 and n <= STATIC_FP32_MAX_ELEMS[op]
 
 
+def odd_static(n: int, elem_size: int, op: str = "forward") -> bool:
+    """Whether the row tiles and lanes tiles of odd rows of n elements run on static layouts
+    with the runtime layouts' plan (ODD_STATIC_MAX_ELEMS above): the forward of 16-bit rows up to
+    ODD_STATIC_MAX_ELEMS and of fp32 rows up to ODD_STATIC_FP32_MAX_ELEMS; the backward of 16-bit
+    rows on the lanes kernels."""
+    if n % 2 == 0:
+        return False
+    if op == "backward":
+        return elem_size == 2 and lanes_fit(n, elem_size, op)
+    return n <= (ODD_STATIC_MAX_ELEMS if elem_size == 2 else ODD_STATIC_FP32_MAX_ELEMS)
+
+
 def backward_by_default(n: int, elem_size: int) -> bool:
     """Whether a call without a mode runs the row-tile backward for rows of n elements: rows that
     are ``unaligned`` (where the row rules plan them: at most MAX_ROW_ELEMS["backward"]), and
@@ -675,23 +733,24 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     forward): a persistent grid (True) or one block per row (False), None: one block per row for
     aligned rows on static layouts in at most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_*
     above), else persistent."""
-    chunk = chunk or LONG_CHUNK_BYTES[op] // elem_size
+    one_row_chunk = long_static_chunk(n, elem_size, num_sms, static) if op == "forward" else 0
+    chunk = chunk or one_row_chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
     per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
     if onepass is None:
         fits = LONG_L2_SHARE * L2_BYTES // (num_sms * per_block) >= ONEPASS_MAX_BLOCKS
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
-    # aligned rows on static layouts: the chunk count compiled in, one block per row (session 28)
-    aligned_static = (op == "forward" and static and long_fit(n, elem_size, num_sms)
-                      and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS)  # fmt: skip
+    # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29)
+    one_row = bool(one_row_chunk) and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
+    aligned = n % VECTOR_ELEMS == 0
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         most = LONG_MAX_BLOCKS
-        if aligned_static and 2 * (n % chunk) <= chunk:  # (a last chunk past half a chunk: 4, above)
+        if one_row and aligned and 2 * (n % chunk) <= chunk:  # (a last chunk past half a chunk: 4, above)
             most = LONG_STATIC_MAX_BLOCKS
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
-        one_per_row = not persistent if persistent is not None else aligned_static
+        one_per_row = not persistent if persistent is not None else one_row
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
     elif onepass:
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
@@ -702,12 +761,33 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         grid = max(1, min(rows, num_sms * occupancy // -(-n // chunk)))
     if loads is None:
         loads = LOADS_GATHER if unaligned(n, elem_size) else LOADS_PLAIN
-    static = static and (op == "forward" or onepass) and (static_fit(n, elem_size, op) or aligned_static)
+    static = static and (op == "forward" or onepass) and (static_fit(n, elem_size, op) or one_row)
     if unroll is None:
-        unroll = aligned_static or n % LONG_UNROLL_WORD_ELEMS != 0
+        unroll = one_row or n % LONG_UNROLL_WORD_ELEMS != 0
     unroll = static and op == "forward" and unroll
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
                     "long", 0, static, unroll, onepass)  # fmt: skip
+
+
+def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True) -> int:
+    """The chunk (elements) of the static long forward, one block per row with the chunk count
+    compiled in, for rows of n elements, or 0 where the rules do not run it: 16-bit rows that are
+    not a power of two, from LONG_STATIC_MIN_BYTES, aligned ones (``long_fit``) up to
+    LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES, even unaligned ones that load 4 or 8 bytes at
+    a time (not a multiple of 8 elements) up to as many chunks of LONG_WIDE_CHUNK_BYTES (the
+    comments above LONG_STATIC_MIN_BYTES and LONG_WIDE_CHUNK_BYTES)."""
+    row = n * elem_size
+    if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
+        return 0
+    if n % VECTOR_ELEMS == 0:
+        ok = long_fit(n, elem_size, num_sms) and row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]
+        return LONG_CHUNK_BYTES["forward"] // elem_size if ok else 0
+    if n % (VECTOR_ELEMS // 2) == 0:  # 16-byte loads on static layouts: not timed on these kernels
+        return 0
+    for chunk_bytes in (LONG_CHUNK_BYTES["forward"], LONG_WIDE_CHUNK_BYTES):
+        if row <= LONG_UNROLL_MAX_CHUNKS * chunk_bytes:
+            return chunk_bytes // elem_size
+    return 0
 
 
 def _long_unaligned(n: int, elem_size: int) -> bool:
@@ -753,11 +833,12 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
-               warps: int | None = None, occupancy: int | None = None,
-               prefetch: bool | None = None) -> RowsPlan:  # fmt: skip
+               warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
+               static: bool = False) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above); the keywords override the rules (probes). The backward reads its next
-    tile first unless prefetch is False (LANES_BWD_PREFETCH)."""
+    tile first unless prefetch is False (LANES_BWD_PREFETCH); static: the kernels compiled for
+    the row layout (``odd_static``)."""
     w = _next_pow2(n)
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
     tile_b = min(rows, b & -b)
@@ -766,7 +847,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or LANES_OCCUPANCY[op]
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS),
+                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS), static,
                     prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
 
 
@@ -798,12 +879,18 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
                          unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
-    if long is None and not overridden and op == "forward" and _long_unaligned(n, elem_size):
+    if (
+        long is None
+        and not overridden
+        and op == "forward"
+        and (_long_unaligned(n, elem_size) or long_static_chunk(n, elem_size, num_sms, static))
+    ):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
+    compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan, compiled for the row layout
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
-                          prefetch=prefetch)  # fmt: skip
+                          prefetch=prefetch, static=compiled)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
@@ -897,4 +984,4 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
-                    static, prefetch=prefetch)  # fmt: skip
+                    static or compiled, prefetch=prefetch)  # fmt: skip
