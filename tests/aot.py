@@ -388,7 +388,7 @@ def _rows_jobs(add):
     for n in (1098, 3260, 2876, 7724):
         for op in ("forward", "backward"):
             for static in (True, False):
-                p = plan(op, 4099, 1, n, 2, 132, static=static, long=False)  # (7724: the long forward's, above)
+                p = plan(op, 4099, 1, n, 2, 132, static=static, long=False)  # (7724 forward: long, _long_jobs)
                 _rows_job(add, "static", op, p, n, "bfloat16", "bfloat16")
     for n in (1144, 6152):
         for op in ("forward", "backward"):
@@ -417,7 +417,8 @@ def _rows_jobs(add):
         for op in ("forward", "backward"):
             # one-row tiles (a gathered last piece), gathered multi-row tiles, fp32's padded piece
             for x, es, n in (("bfloat16", 2, 3001), ("bfloat16", 2, 510), ("float16", 2, 74), ("float32", 4, 133)):
-                for static in (True, False):  # static: plain multi-row forward tiles; runtime: gathered
+                for static in (True, False):  # static: plain multi-row tiles (510, 74), gathered odd rows
+                    # (3001, 133: plan.odd_static); runtime: gathered
                     p = plan(op, 4099, 1, n, es, 132, lanes=False, static=static)
                     _rows_job(add, "unaligned", op, p, n, x, x, b_one=False)
         _long_jobs(add)
@@ -464,7 +465,7 @@ def _long_jobs(add):
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099, p
                         job(p, n, x, casting, has_weight, kernels, "aligned static")
-                    for n in (17284, 28044):  # even unaligned rows: a block a row, 8 / 16 KB chunks (session 29)
+                    for n in (17284, 28044, 20478):  # even unaligned rows: a block a row, 8 / 16 KB (session 29)
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == (n > 20480) * 4096 + 4096
                         job(p, n, x, casting, has_weight, kernels, "unaligned static, a block a row")
@@ -472,9 +473,10 @@ def _long_jobs(add):
                     p = long_plan(op, 4099, 1, 25262, es, 132, onepass=True)
                     assert p.static, p
                     job(p, 25262, x, casting, has_weight, ("backward_long_onepass",), "static")
-                if op == "forward":  # static layouts, the chunk count compiled in and (llama) at run time
+                if op == "forward":  # static layouts, the chunk count compiled in and (llama) at run time,
+                    # on the persistent grid of 8 KB chunks (the rules' past long_static_chunk's rows)
                     for unroll in (True, False) if casting == K.CAST_LLAMA else (True,):
-                        p = long_plan(op, 4099, 1, 25262, es, 132, unroll=unroll)
+                        p = long_plan(op, 4099, 1, 25262, es, 132, unroll=unroll, chunk=4096, persistent=True)
                         assert p.static and p.unroll == unroll, p
                         job(p, 25262, x, casting, has_weight, kernels, "static")
             finally:
@@ -504,11 +506,11 @@ def _lanes_jobs(add):
                               dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
                 add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
                     RL._VARIANTS[name, False][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
-                if b == 1 and odd_static(n, ELEMENT_BYTES[x], op):
+                if odd_static(n, ELEMENT_BYTES[x], op):  # 2-D rows and a fused QKV view's heads
                     q = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=True)
-                    values.update(_rows_arrays(x, x if has_weight else None, True, ("x", "y", "dy", "dx", "w"), n=n))
+                    values.update(_rows_arrays(x, x if has_weight else None, b == 1, ("x", "y", "dy", "dx", "w"), n=n))
                     values["dw_partial"] = static_rows(arr("float32", 2), q.widths[0]) if has_weight else values["x"]
-                    add(f"rows {name} static {x} n={n} cast={casting} w={has_weight} rstd={store} {q}",
+                    add(f"rows {name} static {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {q}",
                         RL._VARIANTS[name, True][q.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
 

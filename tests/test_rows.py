@@ -368,8 +368,6 @@ def test_long_rows_onepass(dev, shape, what, casting, dtype, has_weight, offset,
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
-# The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
-# overhang N), with the rules' chunk and a narrow one.
 @pytest.mark.parametrize("shape", [(3, 17284), (2, 3, 28044), (3, 9434)], ids=str)
 @pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS[:6], ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS[:6]])
 def test_long_rows_one_block_a_row(dev, shape, casting, dtype, gen):
@@ -383,6 +381,8 @@ def test_long_rows_one_block_a_row(dev, shape, casting, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan)
 
 
+# The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
+# overhang N), with the rules' chunk and a narrow one.
 LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a partial chunk"), ((5, 1040), "one chunk")]
 
 
@@ -412,7 +412,8 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
                                         ("forward", "bfloat16", 7168), ("forward", "float16", 10240),
                                         ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
                                         ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
-                                        ("forward", "float16", 64450)])  # fmt: skip
+                                        ("forward", "float16", 64450), ("forward", "bfloat16", 17284),
+                                        ("forward", "float16", 28044), ("forward", "bfloat16", 9434)])  # fmt: skip
 def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
     """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200
@@ -436,6 +437,35 @@ def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
         assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0, (name, p, r)
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 65), ("forward", "float16", 135),
+                                        ("forward", "bfloat16", 303), ("forward", "bfloat16", 383),
+                                        ("forward", "bfloat16", 1175), ("forward", "bfloat16", 3001),
+                                        ("forward", "float32", 405), ("backward", "bfloat16", 135),
+                                        ("backward", "bfloat16", 509)])  # fmt: skip
+def test_odd_static_plans_hold_their_registers(op, dtype, n, monkeypatch):
+    """The odd rows' static plans (plan.odd_static) compile with at most 8 bytes of stack (the 16 x
+    512 gathered tile of 257-383, which ran 1.08x at 303 all the same; past 384 it spilled 16-32
+    bytes and lost, and those rows stay runtime), the lanes kernels and the wider tiles with none."""
+    from bench.probes import sass
+
+    try:
+        sass._tool("cuobjdump")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    dt = getattr(sass.ct, dtype)
+    p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
+    assert p.static and p.kind in ("tile", "lanes"), p
+    if p.kind == "lanes":
+        kernel, params, hints = sass.lanes_params(p, dt, 99999, n)
+    else:
+        kernel, params, hints = sass.rows_params(p, dt, 99999, 1, n)
+    r = sass.compile_report(kernel, params, **hints)
+    assert "REG" in r and r["instructions"] > 0, r
+    assert r.get("STACK", 0) <= (8 if p.kind == "tile" and p.tile_a == 16 else 0), (p, r)
+
+
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
 LANES_CASES = [
     ((37, 191), "2-D, odd M"),
@@ -451,8 +481,8 @@ LANES_CASES = [
 @pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
 def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, static, gen):
     """y, rstd, dx and dw of rows_fwd_lanes and rows_bwd_lanes, NaN-poisoned first, against
-    float64, on runtime layouts and on static ones (plan.odd_static); x and dy are left as they
-    were."""
+    float64, on runtime layouts and on static ones (plan.odd_static; the interpreter runs one
+    Python function for both, the GPU tier two compiled kernels); x and dy are left as they were."""
 
     def plan_of(*args):
         return lanes_plan(*args, static=static)
@@ -593,12 +623,16 @@ def test_static_fit():
 
 
 def test_odd_static():
-    """Odd rows keep their runtime plan, compiled for their layout (session 29): the 16-bit
-    forward up to the row tiles' longest, the 16-bit backward on the lanes kernels, the fp32
-    forward up to 512 elements; nothing else changes in the plan."""
+    """Odd rows of 65 elements or more keep their runtime plan, compiled for their layout (session
+    29): the 16-bit forward up to the row tiles' longest but 385-511 (whose static tile spills), the
+    16-bit backward on the lanes kernels, the fp32 forward up to 512 elements; nothing else changes
+    in the plan, and a backward row tile stays on runtime layouts whatever the keywords."""
     for n, es, op, on in ((135, 2, "forward", True), (303, 2, "forward", True), (16001, 2, "forward", True),
+                          (63, 2, "forward", False), (65, 2, "forward", True), (383, 2, "forward", True),
+                          (385, 2, "forward", False), (511, 2, "forward", False), (513, 2, "forward", True),
                           (135, 2, "backward", True), (303, 2, "backward", False), (2747, 2, "backward", False),
-                          (303, 4, "forward", True), (1023, 4, "forward", False), (135, 4, "backward", False),
+                          (303, 4, "forward", True), (511, 4, "forward", True), (513, 4, "forward", False),
+                          (1023, 4, "forward", False), (135, 4, "backward", False), (63, 4, "forward", False),
                           (1098, 2, "forward", False), (1104, 2, "forward", False)):  # fmt: skip
         assert odd_static(n, es, op) == on, (n, es, op)
         if n % 2:
@@ -607,12 +641,40 @@ def test_odd_static():
                 op, 4099, 1, n, es, SMS, static=False
             )
     assert not odd_static(18433, 2) and plan("forward", 99, 1, 18433, 2, SMS).kind == "long"
+    for kw in (dict(lanes=False), dict(tile_rows=4), dict(warps=8)):  # backward row tiles: runtime
+        assert not plan("backward", 4099, 1, 135, 2, SMS, **kw).static, kw
+    assert plan("forward", 4099, 1, 135, 2, SMS, lanes=False).static  # the forward's: static
+
+
+def test_long_static_chunk():
+    """The static long forward, a block a row (sessions 28, 29): aligned 16-bit rows of 12 KB up to
+    5 chunks of 8 KB; even unaligned ones not a multiple of 8 elements from 12 KB, in 8 KB chunks up
+    to 5 and 16 KB chunks up to 5; not rows of a multiple of 8 (16-byte loads there) nor shorter or
+    longer ones, nor fp32, nor runtime layouts."""
+    for n, chunk in ((6144 + 2, 4096), (9434, 4096), (20478, 4096), (20482, 8192), (40958, 8192), (7168, 4096),
+                     (6142, 0), (5564, 0), (40962, 0), (6152, 0), (9992, 0), (8192, 0), (20496, 0)):  # fmt: skip
+        assert long_static_chunk(n, 2, SMS) == chunk, n
+        assert long_static_chunk(n, 2, SMS, static=False) == 0 and long_static_chunk(n, 4, SMS) == 0
+        p = plan("forward", 99999, 1, n, 2, SMS)
+        assert (p.kind == "long" and p.grid == 99999) == bool(chunk), (n, p)
+        if chunk:
+            assert p.widths[0] == chunk and p.static and p.unroll
+            assert n % 16 == 0 or p.occupancy in (2, 4)
+    assert plan("forward", 99999, 1, 9434, 2, SMS).occupancy == 4  # unaligned: never 8 (spilled, s29c)
+    assert plan("forward", 99999, 1, 33580, 2, SMS).occupancy == 2  # the L2 share
+    assert plan("forward", 99999, 1, 5564, 2, SMS).kind == "tile"  # under 12 KB: the row tiles
+    q = plan("forward", 99999, 1, 40962, 2, SMS)  # past 5 chunks of 16 KB: the persistent 8 KB grid
+    assert (q.kind, q.widths[0], q.grid) == ("long", 4096, SMS * q.occupancy)
+    # a probe's chunk on aligned rows: one block a row where the rows fit that many chunks
+    r = long_plan("forward", 99999, 1, 24576, 2, SMS, chunk=8192)
+    assert r.static and r.unroll and r.grid == 99999
 
 
 def test_static_layouts_are_bounded(monkeypatch):
     """The launchers plan a process's first STATIC_LAYOUTS row layouts (B, N) that the rules put on
-    static layouts (plan.static_fit) on them, later ones on runtime layouts (no compile per new
-    length); the interpreter, which compiles nothing, takes no place."""
+    static layouts (plan.static_fit, plan.odd_static, plan.long_static_chunk) on them, later ones
+    on runtime layouts (no compile per new length); the interpreter, which compiles nothing, takes
+    no place."""
     monkeypatch.setattr(RL, "STATIC_LAYOUTS", 3)
     monkeypatch.setattr(RL, "_static_layouts", set())
     assert not interpret.is_enabled()

@@ -117,6 +117,26 @@ def rows_params(p, dt, m, b, n, strides=None):
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
 
 
+def lanes_params(p, dt, m, n):
+    """(kernel object, constraint list, hints) of the lanes kernel of plan p (kind "lanes": static
+    or runtime layouts, as p.static says) for C-contiguous (m, 1, n) rows of unaligned length,
+    training flags."""
+    from cutile_rms.rmsnorm import kernels as K
+    from cutile_rms.rows import launch as RL
+
+    rows = dataclasses.replace(array(dt, (m, 1, n)), stride_divisible_by=(1,) * 3, shape_divisible_by=(1,) * 3)
+    vector = dataclasses.replace(array(dt, (n,)), shape_divisible_by=(1,))
+    partial = array(ct.float32, (p.grid, p.widths[0]))
+    if p.static:
+        rows, vector, partial = static(rows, n, (n, n, 1)), static(vector, n), static(partial, p.widths[0])
+    rstd = array(ct.float32, (m, 1))
+    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=rows, y=rows, dy=rows,
+                  dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd, eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
+    name = p.op + "_lanes"
+    return RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], {
+        "occupancy": p.occupancy, "num_worker_warps": p.warps}  # fmt: skip
+
+
 def long_params(p, dt, m, n):
     """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
     (kind "long": the forward, or the backward's row dot and chunks, or its one-pass kernel) for

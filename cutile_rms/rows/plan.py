@@ -108,10 +108,11 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   layouts from 24 KB on, on a persistent grid at 4 blocks (session 21).
 - odd rows (``odd_static``, session 29): their runtime plan, compiled for the row layout (tileiras
   then drops the lanes past N and folds the row offsets: about half the instructions of a lanes
-  tile), forward for 16-bit rows the row tiles hold and fp32 rows up to 512 elements, backward on
-  the 16-bit lanes tiles. Even unaligned 16-bit rows that load 4 or 8 bytes at a time, from 12 KB
-  to 5 chunks of 16 KB (``long_static_chunk``), run the static long forward one block per row as
-  the aligned ones do (session 29: 1.04-1.3x).
+  tile), from 65 elements: forward for 16-bit rows the row tiles hold (but 385-511, whose static
+  tile spills) and fp32 rows up to 512 elements, backward on the 16-bit lanes tiles. Even unaligned
+  16-bit rows that load 4 or 8 bytes at a time, from 12 KB to 5 chunks of 16 KB
+  (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
+  (session 29: 1.04-1.3x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -119,7 +120,8 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
   (``lanes_plan``): forward rows padded to at most 256 elements, backward to 2 KB. Even unaligned
-  16-bit rows past 8192 elements run the long forward; their backward is the one-pass long
+  16-bit rows past 8192 elements run the long forward (from 12 KB on static layouts where they are
+  not a multiple of 8 elements: ``long_static_chunk``, a block a row); their backward is the one-pass long
   backward where two blocks an SM fit half of L2, the core kernels past that up to 16384
   elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25).
 
@@ -128,7 +130,7 @@ is reduced in the same order whatever batch it comes in (batch invariance); A se
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
-(``static_fit``, the aligned long forward) plan again on runtime layouts once a process has
+(``static_fit``, ``odd_static``, ``long_static_chunk``) plan again on runtime layouts once a process has
 compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
 depend on what the process ran before (a bounded cache, not the batch).
 """
@@ -304,7 +306,9 @@ PREFETCH_OVER_CAP = 16
 # but 12653, 102.6 -> 96.0), aligned rows (4096 69.1 -> 69.7, 5376 71.3 -> 72.7), fp32 rows (1098
 # forward 136.4 -> 137.4, backward 259.5 -> 269.5), the lanes kernels (backward 1.5-3x slower:
 # bf16 510 141.7 -> 414.9, 138 204.4 -> 460.3; forward 81-191 7-17% slower but 138 141.8 ->
-# 107.6) and the long-row backward (28567 274.8 -> 442.2).
+# 107.6) and the long-row backward (28567 274.8 -> 442.2). (Those lanes rows were even: static
+# lanes tiles of even rows take wide loads and move them through shared memory, with spills, SASS
+# of session 29 at 204-520; odd ones gain, ODD_STATIC_MAX_ELEMS below.)
 # Session 21 (ab/s21b: 9 lengths of that class drawn from a fresh seed, 636255548, after the rule),
 # runtime -> static, us: forward bf16 5321 x 12612 101.7 -> 75.1, 6762 x 9924 100.1 -> 78.2,
 # 26588 x 2524 85.0 -> 70.4, 8359 x 8028 91.0 -> 80.5, 9287 x 7226 96.8 -> 93.1, 110015 x 610
@@ -386,8 +390,14 @@ STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # 179.0. So: the 16-bit forward wherever the row tiles hold the row (ties within 1% but 421,
 # 0.97x), the backward on the lanes tiles only (one-row tiles lost up to 13%), fp32 forward rows up
 # to 512 elements (its 512-wide multi-row tiles; 1023 lost 2%).
+# The review of session 29 (SASS, sm_90, the rules' plans, static against runtime): odd rows under
+# 65 (tiles of 64-256 rows) spill 48-160 bytes static (none runtime): not timed, left runtime; the
+# 16-bit 16 x 512 gathered tile spills 8 bytes at 257-383 (303: 1.08x all the same) and 16-32 at
+# 385-511 (bf16 421: 0.97x): those stay runtime; fp32's 8 x 512 tile holds no stack either way.
 ODD_STATIC_MAX_ELEMS = MAX_ROW_ELEMS["forward"]
 ODD_STATIC_FP32_MAX_ELEMS = 512
+ODD_STATIC_MIN_ELEMS = 65  # rows the lanes kernels pad to LANES_MIN_ELEMS (128) and up
+ODD_STATIC_SPILLS = (385, 511)
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -587,9 +597,10 @@ class RowsPlan:
     "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
     by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
-    and strides as compile-time constants (kernels.RowArray, ``static_fit``), else runtime
-    layouts. prefetch (backward row tiles): each block reads its next tile before it works on
-    the current one (kernels.rows_bwd's PREFETCH; the rule: PREFETCH_MAX_BLOCKS)."""
+    and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
+    ``odd_static``, ``long_static_chunk``), else runtime layouts. prefetch (backward row tiles):
+    each block reads its next tile before it works on the current one (kernels.rows_bwd's
+    PREFETCH; the rule: PREFETCH_MAX_BLOCKS)."""
 
     op: str
     tile_a: int
@@ -639,14 +650,18 @@ def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 def odd_static(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether the row tiles and lanes tiles of odd rows of n elements run on static layouts
-    with the runtime layouts' plan (ODD_STATIC_MAX_ELEMS above): the forward of 16-bit rows up to
-    ODD_STATIC_MAX_ELEMS and of fp32 rows up to ODD_STATIC_FP32_MAX_ELEMS; the backward of 16-bit
-    rows on the lanes kernels."""
-    if n % 2 == 0:
+    with the runtime layouts' plan (ODD_STATIC_MAX_ELEMS above), from ODD_STATIC_MIN_ELEMS: the
+    forward of 16-bit rows up to ODD_STATIC_MAX_ELEMS but those of ODD_STATIC_SPILLS, and of fp32
+    rows up to ODD_STATIC_FP32_MAX_ELEMS; the backward of 16-bit rows that the lanes kernels take
+    (``plan`` keeps the backward's row tiles, those of a caller's keywords too, on runtime
+    layouts)."""
+    if n % 2 == 0 or n < ODD_STATIC_MIN_ELEMS:
         return False
     if op == "backward":
         return elem_size == 2 and lanes_fit(n, elem_size, op)
-    return n <= (ODD_STATIC_MAX_ELEMS if elem_size == 2 else ODD_STATIC_FP32_MAX_ELEMS)
+    if elem_size == 2:
+        return n <= ODD_STATIC_MAX_ELEMS and not ODD_STATIC_SPILLS[0] <= n <= ODD_STATIC_SPILLS[1]
+    return n <= ODD_STATIC_FP32_MAX_ELEMS
 
 
 def backward_by_default(n: int, elem_size: int) -> bool:
@@ -731,8 +746,9 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts;
     loads: kernels.LOADS_* (None: gathers on unaligned rows, else plain loads); persistent (the
     forward): a persistent grid (True) or one block per row (False), None: one block per row for
-    aligned rows on static layouts in at most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_*
-    above), else persistent."""
+    the rows of ``long_static_chunk`` (aligned ones by the chunk they run) on static layouts in at
+    most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_* above), else persistent. The chunk (None):
+    ``long_static_chunk``'s for its rows (8 or 16 KB), else LONG_CHUNK_BYTES[op]."""
     one_row_chunk = long_static_chunk(n, elem_size, num_sms, static) if op == "forward" else 0
     chunk = chunk or one_row_chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
@@ -741,9 +757,11 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         fits = LONG_L2_SHARE * L2_BYTES // (num_sms * per_block) >= ONEPASS_MAX_BLOCKS
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
-    # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29)
-    one_row = bool(one_row_chunk) and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
+    # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
+    # aligned rows by the chunk they run (a probe's chunk too), the others by long_static_chunk
     aligned = n % VECTOR_ELEMS == 0
+    fits = long_fit(n, elem_size, num_sms) if aligned else bool(one_row_chunk)
+    one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
     if op == "forward":
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         most = LONG_MAX_BLOCKS
@@ -774,8 +792,9 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     compiled in, for rows of n elements, or 0 where the rules do not run it: 16-bit rows that are
     not a power of two, from LONG_STATIC_MIN_BYTES, aligned ones (``long_fit``) up to
     LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES, even unaligned ones that load 4 or 8 bytes at
-    a time (not a multiple of 8 elements) up to as many chunks of LONG_WIDE_CHUNK_BYTES (the
-    comments above LONG_STATIC_MIN_BYTES and LONG_WIDE_CHUNK_BYTES)."""
+    a time (not a multiple of 8 elements) in LONG_CHUNK_BYTES chunks up to as many of them, past
+    that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
+    and LONG_WIDE_CHUNK_BYTES)."""
     row = n * elem_size
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
@@ -984,4 +1003,4 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
-                    static or compiled, prefetch=prefetch)  # fmt: skip
+                    static or (compiled and op == "forward"), prefetch=prefetch)  # fmt: skip
