@@ -37,6 +37,20 @@ def gen():
     return g
 
 
+@pytest.fixture
+def sass(monkeypatch):
+    """bench/probes/sass.py with real compiles (no disk cache); skipped without cuobjdump."""
+    pytest.importorskip("cuda.tile.compilation")
+    from bench.probes import sass
+
+    try:
+        sass._tool("cuobjdump")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
+    return sass
+
+
 @pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.gpu), "interpret"])
 def dev(request):
     """The device tensors live on: "cuda" (kernels on the GPU) or "cpu" with the kernels run

@@ -20,20 +20,6 @@ def test_sass_tool_constraints():
     assert b.shape_constant == (1, None) and b.shape_divisible_by == (1, 1) and b.stride_divisible_by == (1, 1)
 
 
-@pytest.fixture
-def sass(monkeypatch):
-    """bench/probes/sass.py with real compiles (no disk cache); skipped without cuobjdump."""
-    pytest.importorskip("cuda.tile.compilation")
-    from bench.probes import sass
-
-    try:
-        sass._tool("cuobjdump")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
-    return sass
-
-
 @pytest.mark.compile
 def test_sass_report_of_a_row_tile_kernel(sass):
     """An aligned bf16 row compiles to 128-bit loads and stores (bench/NOTES.md, session 11)."""

@@ -414,20 +414,13 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
                                         ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
                                         ("forward", "float16", 64450), ("forward", "bfloat16", 17284),
                                         ("forward", "float16", 28044), ("forward", "bfloat16", 9434)])  # fmt: skip
-def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
+def test_long_plans_compile_without_spills(op, dtype, n, sass):
     """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200
     (bench/NOTES.md, session 21: bf16 4 KB chunks at 4 blocks, 160 bytes of stack); so did the
     static forward with its chunk count compiled in on rows of 64-bit loads (53908, which the
     rules run with the count at run time; 64450, 32-bit loads, compiled in: session 23). The
     aligned rows of session 28's static long forward (bench/NOTES.md: spills of 16-56 bytes lost)."""
-    from bench.probes import sass
-
-    try:
-        sass._tool("cuobjdump")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
     dt = getattr(sass.ct, dtype)
     p = plan(op, 4099, 1, n, sass.ES[dt], SMS)
     assert p.kind == "long"
@@ -443,17 +436,10 @@ def test_long_plans_compile_without_spills(op, dtype, n, monkeypatch):
                                         ("forward", "bfloat16", 1175), ("forward", "bfloat16", 3001),
                                         ("forward", "float32", 405), ("backward", "bfloat16", 135),
                                         ("backward", "bfloat16", 509)])  # fmt: skip
-def test_odd_static_plans_hold_their_registers(op, dtype, n, monkeypatch):
+def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
     """The odd rows' static plans (plan.odd_static) compile with at most 8 bytes of stack (the 16 x
     512 gathered tile of 257-383, which ran 1.08x at 303 all the same; past 384 it spilled 16-32
     bytes and lost, and those rows stay runtime), the lanes kernels and the wider tiles with none."""
-    from bench.probes import sass
-
-    try:
-        sass._tool("cuobjdump")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    monkeypatch.setenv("CUDA_TILE_CACHE_DIR", "off")
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static and p.kind in ("tile", "lanes"), p
