@@ -3,6 +3,12 @@
     python -m bench.probes.ncu --shapes 16384x4096 524288x128 --op fwd_infer \\
         --provider cutile_rms liger [--dtype bfloat16] [--ncu PATH] [--out DIR]
     python -m bench.probes.ncu --summarize DIR/ncu-raw.csv     # the summary again, no GPU
+    python -m bench.probes.ncu --candidates FILE.json [--provider torch_compile] [--out DIR]
+
+--candidates profiles row-kernel plans of a rows_probe candidate list (bench/probes/rows_probe.py:
+the plan keywords a candidate names, the rules' choice for the others; "persistent" picks the
+forward's grid, absent: the rules'), each as its own case, beside the providers' calls on the
+candidates' shapes and op.
 
 For every (shape, provider) the op runs once between cudaProfilerStart/Stop in a child process
 under ``ncu --profile-from-start off`` (inputs of the benchmark's sizes, larger than L2; each
@@ -21,6 +27,7 @@ benchmark's. Compare metrics between providers of the same run, not times with b
 import argparse
 import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -32,6 +39,7 @@ import torch
 from bench import cases as C
 from bench import providers as P
 from bench import run as R
+from bench.probes import rows_probe as RP
 
 NCU = "/opt/nvidia/nsight-compute/2025.3.1/ncu"
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
@@ -68,11 +76,50 @@ SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "byte":
          "Gbyte": 1e3}  # fmt: skip
 
 
+def _candidates(args) -> list[dict]:
+    if not args.candidates:
+        return []
+    with open(args.candidates) as f:
+        return json.load(f)
+
+
 def _cases(args):
-    for text in args.shapes:
-        m, n, _ = C.parse_shape(text)
+    """(label, provider name or candidate, m, n, dtype) of every case."""
+    shapes = [(*C.parse_shape(t)[:2], args.dtype) for t in args.shapes or ()]
+    for i, c in enumerate(_candidates(args)):
+        yield f"cand{i}{RP._loads_label(c)}|{c['op']}|{c['dtype']}|{c['m']}x{c['n']}|{_knobs(c)}", c, c["m"], c["n"], c[
+            "dtype"]  # fmt: skip
+        if (c["m"], c["n"], c["dtype"]) not in shapes:
+            shapes.append((c["m"], c["n"], c["dtype"]))
+    for m, n, dtype in shapes:
         for name in args.provider:
-            yield f"{name}|{args.op}|{args.dtype}|{m}x{n}", name, m, n
+            yield f"{name}|{args.op}|{dtype}|{m}x{n}", name, m, n, dtype
+
+
+def _knobs(c: dict) -> str:
+    """A candidate's plan keywords, for its label."""
+    skip = ("op", "dtype", "m", "n", "static", "lanes", "long", "unroll", "onepass", "prefetch", "loads")
+    return " ".join(f"{k}={v}" for k, v in c.items() if k not in skip)
+
+
+def _candidate_call(c: dict):
+    """A closure running one launch of a candidate plan (rows_probe's calls) on fresh inputs."""
+    m, n = c["m"], c["n"]
+    x, w, dy = RP.make_inputs(torch, c["dtype"], m, n, 1, 0)[0]
+    if c["op"] == "forward":
+        y, rstd = torch.empty_like(x), torch.empty(m, device="cuda")
+        return RP.forward_call(torch, c, x, w, y, rstd, c.get("persistent"))[1]
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + RP.EPS)
+    return RP.backward_call(torch, c, x, dy, w, rstd, torch.empty_like(x), torch.empty_like(w))[1]
+
+
+def _case_call(provs, who, op, m, n, dtype):
+    """(closure, None) of a case, or (None, why it is missing)."""
+    if isinstance(who, dict):
+        return _candidate_call(who), None
+    if provs[who].missing:
+        return None, provs[who].missing
+    return _call(provs[who], op, m, n, dtype), None
 
 
 def _call(provider, op: str, m: int, n: int, dtype: str):
@@ -101,10 +148,10 @@ def target(args):
     """Run inside ncu: warm every case up, then profile one call of each."""
     provs = {p.name: p for p in P.all_providers(args.provider)}
     calls = []
-    for _label, name, m, n in _cases(args):
-        if provs[name].missing:
+    for _label, who, m, n, dtype in _cases(args):
+        fn, _missing = _case_call(provs, who, args.op, m, n, dtype)
+        if fn is None:
             continue
-        fn = _call(provs[name], args.op, m, n, args.dtype)
         for _ in range(3):
             fn()
         calls.append(fn)
@@ -152,11 +199,11 @@ def profile(args) -> int:
     ncu = args.ncu
     manifest = []
     provs = {p.name: p for p in P.all_providers(args.provider)}
-    for label, name, m, n in _cases(args):
-        if provs[name].missing:
-            print(f"{label}: missing ({provs[name].missing})", flush=True)
+    for label, who, m, n, dtype in _cases(args):
+        fn, missing = _case_call(provs, who, args.op, m, n, dtype)
+        if fn is None:
+            print(f"{label}: missing ({missing})", flush=True)
             continue
-        fn = _call(provs[name], args.op, m, n, args.dtype)
         fn()
         manifest.append((label, _kernels_per_call(fn)))
         del fn
@@ -214,13 +261,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=C.DTYPE_NAMES)
     ap.add_argument("--ncu", default=NCU)
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/latest"))
+    ap.add_argument("--candidates", metavar="JSON", help="row-kernel plans to profile (rows_probe's candidate list)")
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.summarize:
         print(summarize(args.summarize))
         return 0
-    if not args.shapes:
-        ap.error("--shapes is required")
+    if not args.shapes and not args.candidates:
+        ap.error("--shapes or --candidates is required")
     if args.target:
         target(args)
         return 0
