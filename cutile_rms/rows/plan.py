@@ -489,6 +489,15 @@ LONG_UNROLL_WORD_ELEMS = 4
 # rolled: 124.6 against the persistent grid's 118.1). The SASS of the rule's plans holds no stack;
 # 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
+# fp32 rows that the forward row tiles hold at one block an SM (8 warps, 13313-18432 elements on
+# 132 SMs; the rows of 4 | N of 14336-16384 go to the core) run the static long forward instead
+# where they are even and not a multiple of VECTOR_ELEMS (``long_static_chunk``): one block per row,
+# LONG_WIDE_CHUNK_BYTES chunks compiled in, at the 2 blocks an SM the L2 share gives. ncu (session
+# 30, ab/s30a-ncu, 5162 x 13000 at 2 blocks): the row tile spills (289 k spill instructions, 128
+# registers) at 25% occupancy; the long forward none at 37.5%. H200, graph replay, us, row tile ->
+# static long: s29d 13514 195.4 -> 149.9, 17284 193.9 -> 160.3; s30a 15362 173.2 -> 155.9; but
+# the odd 17999 191.3 -> 203.6, and where the row tiles hold 2 to 4 blocks they tie or win (3334-13000:
+# 0.94-1.04x; 10244 134.3 against 146.9, 12001 141.9 against 150.2).
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -556,6 +565,16 @@ LANES_FWD_MAX_ELEMS = 256
 # 216.1 -> 195.2, 175.4 -> 162.7, 161.6 -> 154.8, 191.4 -> 166.6, 148.4 -> 141.4; fp32 241.8 ->
 # 205.3, 215.1 -> 210.7, 214.9 -> 210.3, 237.6 -> 205.0, but 206.4 -> 212.1 at 241 (3% lost).
 LANES_BWD_PREFETCH = True
+# 16-bit rows of 4 mod 8 elements padded to 256 (``static_rows_over_lanes``) run forward on the
+# static row tile (one padded piece, 32 rows, 8 blocks of 4 warps: 8-byte loads) rather than the
+# lanes kernel, whose runtime gathers load 2 bytes an element. ncu (session 30, ab/s30a-ncu, bf16
+# 328965 x 204): the lanes tile executes 65.1 M warp instructions, loads 111 bytes a request,
+# 41.7% of DRAM peak; the static row tile 69.6 M at 221 bytes a request, issue-bound (90.6% of
+# issue slots); torch.compile's kernel 32.7 M (one warp a block, 266 bytes a request, 76.5%).
+# H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 -> 85.2; s30a bf16 196
+# 99.2 -> 86.2, 204 96.9 -> 85.1 (64-row tiles, 4 blocks of 8 warps: 91.0 / 90.1; 8 warps at 32
+# rows 95.2 / 92.7; 4 warps at 64 rows 116.9 / 114.4).
+LANES_STATIC_ROWS_WIDTH = 256
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -759,7 +778,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     onepass = onepass and op == "backward"
     # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
     # aligned rows by the chunk they run (a probe's chunk too), the others by long_static_chunk
-    aligned = n % VECTOR_ELEMS == 0
+    aligned = elem_size == 2 and n % VECTOR_ELEMS == 0
     fits = long_fit(n, elem_size, num_sms) if aligned else bool(one_row_chunk)
     one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
     if op == "forward":
@@ -796,6 +815,11 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
     and LONG_WIDE_CHUNK_BYTES)."""
     row = n * elem_size
+    if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM (LONG_FP32_* above)
+        if not static or n % 2 or n % VECTOR_ELEMS == 0 or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:
+            return 0
+        tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
+        return LONG_WIDE_CHUNK_BYTES // elem_size if tile is not None and tile.occupancy == 1 else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
     if n % VECTOR_ELEMS == 0:
@@ -849,6 +873,13 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     if w * elem_size <= WARP_ROW_BYTES:
         return True
     return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
+
+
+def static_rows_over_lanes(n: int, elem_size: int) -> bool:
+    """Whether the forward of 16-bit rows of n elements that the lanes kernels would take runs on a
+    static row tile instead, where static layouts are allowed: rows of 4 mod 8 elements (8-byte
+    loads) padded to LANES_STATIC_ROWS_WIDTH (measured above)."""
+    return elem_size == 2 and n % 8 == 4 and _next_pow2(n) == LANES_STATIC_ROWS_WIDTH
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
@@ -907,7 +938,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan, compiled for the row layout
     static = static and static_fit(n, elem_size, op)
-    if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)):
+    if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)
+                 and not (static and op == "forward" and static_rows_over_lanes(n, elem_size))):  # fmt: skip
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
                           prefetch=prefetch, static=compiled)  # fmt: skip
     row_bytes = n * elem_size
