@@ -421,6 +421,10 @@ def _rows_jobs(add):
                     # (3001, 133: plan.odd_static); runtime: gathered
                     p = plan(op, 4099, 1, n, es, 132, lanes=False, static=static)
                     _rows_job(add, "unaligned", op, p, n, x, x, b_one=False)
+        for n in (100, 204):  # 4 mod 8 rows the lanes kernels would take: static row tiles (session 30)
+            p = plan("forward", 4099, 1, n, 2, 132)
+            assert p.kind == "tile" and p.static, p
+            _rows_job(add, "static over lanes", "forward", p, n, "bfloat16", "bfloat16")
         _long_jobs(add)
         _lanes_jobs(add)
     finally:
@@ -456,6 +460,15 @@ def _long_jobs(add):
                 p = long_plan(op, 4099, 1, 25263, es, 132, onepass=True)
                 job(p, 25263, x, casting, has_weight, ("backward_long_onepass",), "unaligned")
             if x == "float32":
+                if op == "forward":  # rows the row tiles hold at one block an SM: a block a row (session 30)
+                    for n, aligned in ((13406, False), (14001, False), (17408, True)):
+                        saved, _ALIGNED[0] = _ALIGNED[0], aligned
+                        try:
+                            p = long_plan(op, 4099, 1, n, es, 132)
+                            assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == 4096, p
+                            job(p, n, x, casting, has_weight, kernels, "fp32 static, a block a row")
+                        finally:
+                            _ALIGNED[0] = saved
                 continue
             aligned, _ALIGNED[0] = _ALIGNED[0], True
             try:

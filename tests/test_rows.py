@@ -32,6 +32,7 @@ from cutile_rms.rows.plan import (
     plan,
     short_backward,
     static_fit,
+    static_rows_over_lanes,
     unaligned,
 )
 from tests.reference import check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
@@ -381,6 +382,36 @@ def test_long_rows_one_block_a_row(dev, shape, casting, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan)
 
 
+@pytest.mark.parametrize("shape", [(3, 13406), (2, 3, 14001), (5, 17408)], ids=str)
+def test_fp32_rows_one_block_a_row(dev, shape, gen):
+    """The static long forward of fp32 rows that the row tiles hold at one block an SM
+    (plan.long_static_chunk, session 30: 16 KB chunks, one block a row, the chunk count compiled
+    in), even, odd (gathered) and 16 | N, against float64 with the long backward (the rules leave
+    the backward of 16-byte aligned fp32 rows to the core kernels)."""
+    n = shape[-1]
+    p = plan("forward", 99999, 1, n, 4, SMS)
+    assert (p.kind, p.static, p.unroll, p.grid, p.widths[0]) == ("long", True, True, 99999, 4096)
+    assert p.loads == (K.LOADS_GATHER if n % 4 else K.LOADS_PLAIN)
+
+    def plan_of(op, *args):
+        return plan(op, *args) if op == "forward" else long_plan(op, *args)
+
+    _check_planned(dev, shape, torch.float32, "gemma", True, 0.0, gen, plan_of)
+
+
+@pytest.mark.parametrize("shape", [(37, 100), (2, 3, 204), (300, 68)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_short_rows_static_over_lanes(dev, shape, dtype, gen):
+    """The forward of 16-bit rows of 4 mod 8 elements that the lanes kernels would take runs on
+    static row tiles (plan.static_rows_over_lanes, session 30), the backward on the lanes kernel,
+    tiles overhanging A; every output against float64."""
+    n = shape[-1]
+    p = plan("forward", 37, 1, n, 2, SMS)
+    assert (p.kind, p.static, p.widths, p.loads) == ("tile", True, (1 << (n - 1).bit_length(), 0, 0), K.LOADS_PLAIN)
+    assert plan("backward", 37, 1, n, 2, SMS).kind == "lanes"
+    _check_planned(dev, shape, dtype, "llama", True, 0.0, gen, plan)
+
+
 # The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
 # overhang N), with the rules' chunk and a narrow one.
 LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a partial chunk"), ((5, 1040), "one chunk")]
@@ -450,6 +481,23 @@ def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
     r = sass.compile_report(kernel, params, **hints)
     assert "REG" in r and r["instructions"] > 0, r
     assert r.get("STACK", 0) <= (8 if p.kind == "tile" and p.tile_a == 16 else 0), (p, r)
+
+
+@pytest.mark.parametrize("dtype,n", [("bfloat16", 68), ("bfloat16", 204), ("float16", 252), ("float32", 13406),
+                                     ("float32", 14001), ("float32", 18200)])  # fmt: skip
+def test_session30_plans_hold_their_registers(sass, dtype, n):
+    """The static row tiles of 4 mod 8 rows that the lanes kernels would take, and the static long
+    forward of fp32 rows at one block an SM, compile without stack (their timings assume it)."""
+    dt = getattr(sass.ct, dtype)
+    p = plan("forward", 99999, 1, n, sass.ES[dt], SMS)
+    assert p.static, p
+    if p.kind == "long":
+        compiled = [(k, params, hints) for _, k, params, hints in sass.long_params(p, dt, 99999, n)]
+    else:
+        compiled = [sass.rows_params(p, dt, 99999, 1, n)]
+    for kernel, params, hints in compiled:
+        r = sass.compile_report(kernel, params, **hints)
+        assert "REG" in r and r.get("STACK", 0) == 0, (p, r)
 
 
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
@@ -654,6 +702,46 @@ def test_long_static_chunk():
     # a probe's chunk on aligned rows: one block a row where the rows fit that many chunks
     r = long_plan("forward", 99999, 1, 24576, 2, SMS, chunk=8192)
     assert r.static and r.unroll and r.grid == 99999
+
+
+def test_fp32_rows_at_one_block_take_the_long_forward():
+    """fp32 rows whose forward row tile holds one block an SM run the static long forward in 16 KB
+    chunks, a block a row, 2 blocks an SM (plan.long_static_chunk, session 30); rows whose tiles
+    hold more blocks, rows past 5 chunks, runtime layouts and the backward keep their plans."""
+    taken = []
+    for n in range(3001, 21000, 37):
+        tile = plan("forward", 99999, 1, n, 4, SMS, static=False, long=False)
+        one_block = tile is not None and tile.occupancy == 1 and n * 4 <= 5 * 16384
+        p = plan("forward", 99999, 1, n, 4, SMS)
+        assert (p is not None and p.kind == "long") == one_block, (n, p)
+        assert long_static_chunk(n, 4, SMS) == (4096 if one_block else 0), n
+        if one_block:
+            taken.append(n)
+            assert (p.widths[0], p.occupancy, p.grid, p.static, p.unroll) == (4096, 2, 99999, True, True), (n, p)
+            assert plan("forward", 99999, 1, n, 4, SMS, static=False) == tile
+            assert plan("backward", 99999, 1, n, 4, SMS) == plan("backward", 99999, 1, n, 4, SMS, static=False)
+    assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
+
+
+def test_static_rows_over_lanes():
+    """The forward of 16-bit rows of 4 mod 8 elements that the lanes kernels take runs on one
+    static padded row tile (32 x 256 or 64 x 128, 8 blocks of 4 warps, plain loads), on static
+    layouts only (session 30); other lanes rows and the backward keep the lanes kernels."""
+    for n in range(65, 257):
+        lanes = lanes_fit(n, 2, "forward")
+        p = plan("forward", 99999, 1, n, 2, SMS)
+        if n % 8 == 4:
+            assert lanes and static_rows_over_lanes(n, 2)
+            w = 1 << (n - 1).bit_length()
+            assert (p.kind, p.static, p.widths, p.tile_a * w, p.warps, p.occupancy) == (
+                "tile", True, (w, 0, 0), 8192, 4, 8), (n, p)  # fmt: skip
+            assert plan("forward", 99999, 1, n, 2, SMS, static=False).kind == "lanes"
+        else:
+            assert not static_rows_over_lanes(n, 2)
+            assert (p.kind == "lanes") == lanes, (n, p)
+        if lanes_fit(n, 2, "backward"):
+            assert plan("backward", 99999, 1, n, 2, SMS).kind == "lanes", n
+    assert not static_rows_over_lanes(204, 4)
 
 
 def test_static_layouts_are_bounded(monkeypatch):

@@ -113,6 +113,11 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   16-bit rows that load 4 or 8 bytes at a time, from 12 KB to 5 chunks of 16 KB
   (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
   (session 29: 1.04-1.3x).
+- session 30: fp32 rows that the forward row tiles hold at one block an SM (13313-18432 elements
+  on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks an SM
+  (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999); the forward of 16-bit rows of 4 mod 8
+  elements that the lanes kernels would take (68-252) runs on a static padded row tile, 8-byte
+  loads (``static_rows_over_lanes``: 1.07-1.32x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -155,6 +160,7 @@ __all__ = [
     "short_backward",
     "short_view_rows",
     "static_fit",
+    "static_rows_over_lanes",
     "unaligned",
 ]
 
@@ -489,15 +495,18 @@ LONG_UNROLL_WORD_ELEMS = 4
 # rolled: 124.6 against the persistent grid's 118.1). The SASS of the rule's plans holds no stack;
 # 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
-# fp32 rows that the forward row tiles hold at one block an SM (8 warps, 13313-18432 elements on
-# 132 SMs; the rows of 4 | N of 14336-16384 go to the core) run the static long forward instead
-# where they are even and not a multiple of VECTOR_ELEMS (``long_static_chunk``): one block per row,
-# LONG_WIDE_CHUNK_BYTES chunks compiled in, at the 2 blocks an SM the L2 share gives. ncu (session
-# 30, ab/s30a-ncu, 5162 x 13000 at 2 blocks): the row tile spills (289 k spill instructions, 128
-# registers) at 25% occupancy; the long forward none at 37.5%. H200, graph replay, us, row tile ->
-# static long: s29d 13514 195.4 -> 149.9, 17284 193.9 -> 160.3; s30a 15362 173.2 -> 155.9; but
-# the odd 17999 191.3 -> 203.6, and where the row tiles hold 2 to 4 blocks they tie or win (3334-13000:
-# 0.94-1.04x; 10244 134.3 against 146.9, 12001 141.9 against 150.2).
+# fp32 rows that the forward row tiles hold at one block an SM (8 warps: 13313-18432 elements on
+# 132 SMs, but the rows of 4 | N of 14336-16384, which go to the core) run the static long forward
+# instead (``long_static_chunk``): one block per row, LONG_WIDE_CHUNK_BYTES chunks compiled in,
+# at the 2 blocks an SM the L2 share gives. ncu (session 30, ab/s30a-ncu, 5162 x 13000, where the
+# row tile holds 2 blocks): the row tile spills (289 k spill instructions, 128 registers) at 25%
+# occupancy; the long forward none, 76 registers, 37.5%. H200, graph replay, us, row tile ->
+# static long: s29d 13514 195.4 -> 149.9, 17284 193.9 -> 160.3; s30a 15362 173.2 -> 155.9, the odd
+# 17999 191.3 -> 203.6 (the one loss); fresh lengths after the rule (s30b): 13406 195.1 -> 150.8,
+# 13832 189.6 -> 154.3, 14100 193.5 -> 155.9, 16898 197.1 -> 165.7, 17500 195.9 -> 164.7, 18200
+# 185.5 -> 162.8, odd 14001 196.9 -> 161.2, 16383 174.4 -> 170.1, 17408 (16 | N) 168.5 -> 148.9.
+# Where the row tiles hold 2 to 4 blocks they tie or win (s30a, 3334-13000: 0.94-1.04x; 10244
+# 134.3 against 146.9, 12001 141.9 against 150.2), and 16 KB chunks at 4 blocks never beat 2.
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -565,16 +574,20 @@ LANES_FWD_MAX_ELEMS = 256
 # 216.1 -> 195.2, 175.4 -> 162.7, 161.6 -> 154.8, 191.4 -> 166.6, 148.4 -> 141.4; fp32 241.8 ->
 # 205.3, 215.1 -> 210.7, 214.9 -> 210.3, 237.6 -> 205.0, but 206.4 -> 212.1 at 241 (3% lost).
 LANES_BWD_PREFETCH = True
-# 16-bit rows of 4 mod 8 elements padded to 256 (``static_rows_over_lanes``) run forward on the
-# static row tile (one padded piece, 32 rows, 8 blocks of 4 warps: 8-byte loads) rather than the
-# lanes kernel, whose runtime gathers load 2 bytes an element. ncu (session 30, ab/s30a-ncu, bf16
-# 328965 x 204): the lanes tile executes 65.1 M warp instructions, loads 111 bytes a request,
-# 41.7% of DRAM peak; the static row tile 69.6 M at 221 bytes a request, issue-bound (90.6% of
-# issue slots); torch.compile's kernel 32.7 M (one warp a block, 266 bytes a request, 76.5%).
-# H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 -> 85.2; s30a bf16 196
-# 99.2 -> 86.2, 204 96.9 -> 85.1 (64-row tiles, 4 blocks of 8 warps: 91.0 / 90.1; 8 warps at 32
-# rows 95.2 / 92.7; 4 warps at 64 rows 116.9 / 114.4).
-LANES_STATIC_ROWS_WIDTH = 256
+# 16-bit rows of 4 mod 8 elements that the lanes kernels take (68-252) run forward on the static
+# row tile instead (``static_rows_over_lanes``: one padded piece of 128 or 256, 64 or 32 rows, 8
+# blocks of 4 warps, 8-byte loads), whose runtime gathers load 2 bytes an element. ncu (session
+# 30, ab/s30a-ncu, bf16 328965 x 204): the lanes tile executes 65.1 M warp instructions and loads
+# 111 bytes a request at 41.7% of DRAM peak; the static row tile 69.6 M at 221 bytes a request,
+# issue-bound (90.6% of the issue slots); torch.compile's kernel 32.7 M (one-warp blocks, 266
+# bytes a request, 76.5%). H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 ->
+# 85.2; s30a bf16 196 99.2 -> 86.2, 204 96.9 -> 85.1 (64 x 256 on 8 warps at 4 blocks 91.0 /
+# 90.1, on 4 warps 116.9 / 114.4; 32 x 256 on 8 warps 95.2 / 92.7); fresh lengths after the rule
+# (s30b): bf16 140 131.0 -> 110.4, 172 109.6 -> 93.3, 228 92.0 -> 81.1, 252 88.0 -> 78.5, fp16 188
+# 92.3 -> 86.6, 236 86.0 -> 78.1; padded to 128 (64 x 128): bf16 68 148.2 -> 112.0, 100 106.4 ->
+# 86.0, 124 95.0 -> 79.4, fp16 92 107.7 -> 86.6. Rows of 2 mod 4 (4-byte loads) lost on the same
+# tile (bf16 138, 170, 226, 250: 132.5 / 110.5 / 93.8 / 89.1 -> 150.3 / 126.8 / 107.2 / 101.9) and
+# keep the lanes kernel.
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -813,10 +826,11 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES, even unaligned ones that load 4 or 8 bytes at
     a time (not a multiple of 8 elements) in LONG_CHUNK_BYTES chunks up to as many of them, past
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
-    and LONG_WIDE_CHUNK_BYTES)."""
+    and LONG_WIDE_CHUNK_BYTES); fp32 rows whose forward row tile (on runtime layouts) holds one
+    block an SM, in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comment after it)."""
     row = n * elem_size
-    if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM (LONG_FP32_* above)
-        if not static or n % 2 or n % VECTOR_ELEMS == 0 or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:
+    if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM (above LONG_WIDE_CHUNK_BYTES)
+        if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:
             return 0
         tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
         return LONG_WIDE_CHUNK_BYTES // elem_size if tile is not None and tile.occupancy == 1 else 0
@@ -878,8 +892,8 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 def static_rows_over_lanes(n: int, elem_size: int) -> bool:
     """Whether the forward of 16-bit rows of n elements that the lanes kernels would take runs on a
     static row tile instead, where static layouts are allowed: rows of 4 mod 8 elements (8-byte
-    loads) padded to LANES_STATIC_ROWS_WIDTH (measured above)."""
-    return elem_size == 2 and n % 8 == 4 and _next_pow2(n) == LANES_STATIC_ROWS_WIDTH
+    loads; the lanes kernels pad them to 128 or 256, measured above)."""
+    return elem_size == 2 and n % 8 == 4
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
