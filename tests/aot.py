@@ -461,7 +461,7 @@ def _long_jobs(add):
                 job(p, 25263, x, casting, has_weight, ("backward_long_onepass",), "unaligned")
             if x == "float32":
                 if op == "forward":  # rows the row tiles hold at one block an SM: a block a row (session 30)
-                    for n, aligned in ((13406, False), (14001, False), (17408, True)):
+                    for n, aligned in ((13406, False), (14001, False), (17284, False)):
                         saved, _ALIGNED[0] = _ALIGNED[0], aligned
                         try:
                             p = long_plan(op, 4099, 1, n, es, 132)

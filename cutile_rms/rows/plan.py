@@ -113,9 +113,9 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   16-bit rows that load 4 or 8 bytes at a time, from 12 KB to 5 chunks of 16 KB
   (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
   (session 29: 1.04-1.3x).
-- session 30: fp32 rows that the forward row tiles hold at one block an SM (13313-18432 elements
-  on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks an SM
-  (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999); the forward of 16-bit rows of 4 mod 8
+- session 30: fp32 rows that the forward row tiles hold at one block an SM with padded lanes
+  (13313-18432 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
+  an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999); the forward of 16-bit rows of 4 mod 8
   elements that the lanes kernels would take (68-252) runs on a static padded row tile, 8-byte
   loads (``static_rows_over_lanes``: 1.07-1.32x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
@@ -507,6 +507,11 @@ LONG_WIDE_CHUNK_BYTES = 16 * 1024
 # 185.5 -> 162.8, odd 14001 196.9 -> 161.2, 16383 174.4 -> 170.1, 17408 (16 | N) 168.5 -> 148.9.
 # Where the row tiles hold 2 to 4 blocks they tie or win (s30a, 3334-13000: 0.94-1.04x; 10244
 # 134.3 against 146.9, 12001 141.9 against 150.2), and 16 KB chunks at 4 blocks never beat 2.
+# Rows whose pieces pad no lane (17408, 17920, 18432) keep the row tile, which holds them without
+# waste: s30d, row tile -> static long, 2048 x 18432 77.6 -> 88.5, 8192 x 18432 295.7 -> 319.8 (a
+# models-table shape). 17408 gained all the same (s30b 168.5 -> 148.9, s30d 2048 rows 91.8 ->
+# 83.5): one of the three, given up for a rule that keeps the exact model sizes; 1024 x 13400
+# 41.1 -> 38.1 (the core's 32.6 at so few rows).
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -827,13 +832,15 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     a time (not a multiple of 8 elements) in LONG_CHUNK_BYTES chunks up to as many of them, past
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
     and LONG_WIDE_CHUNK_BYTES); fp32 rows whose forward row tile (on runtime layouts) holds one
-    block an SM, in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comment after it)."""
+    block an SM and pads lanes past N, in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comment
+    after it)."""
     row = n * elem_size
     if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM (above LONG_WIDE_CHUNK_BYTES)
         if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:
             return 0
         tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
-        return LONG_WIDE_CHUNK_BYTES // elem_size if tile is not None and tile.occupancy == 1 else 0
+        padded = tile is not None and tile.occupancy == 1 and tile.check_n  # (exact pieces: s30d)
+        return LONG_WIDE_CHUNK_BYTES // elem_size if padded else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
     if n % VECTOR_ELEMS == 0:
