@@ -524,6 +524,21 @@ def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, static
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
+@pytest.mark.parametrize("shape", [(37, 204), (5, 3, 100), (11, 292), (300, 252)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_lanes_rows_vector_lanes(dev, shape, dtype, gen):
+    """The lanes kernels on static layouts with 4 elements a lane (one 8-byte vector a lane and
+    row piece on 16-bit rows of 4 | N: the probes' "lane_elems", session 30) against float64, rows
+    padded to 128-512, tiles overhanging A."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(*args):
+        p = lanes_plan(*args, static=True)
+        return dataclasses.replace(p, lanes=p.widths[0] // 4)
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
 LOADS_CASES = [
     ((37, 1098), "unaligned, plain loads", K.LOADS_PLAIN),
     ((37, 512), "aligned, gathered", K.LOADS_GATHER),

@@ -98,7 +98,7 @@ def _cases(args):
 
 def _knobs(c: dict) -> str:
     """A candidate's plan keywords, for its label."""
-    skip = ("op", "dtype", "m", "n", "static", "lanes", "long", "unroll", "onepass", "prefetch", "loads")
+    skip = ("op", "dtype", "m", "n", "static", "lanes", "long", "unroll", "onepass", "prefetch", "loads", "lane_elems")
     return " ".join(f"{k}={v}" for k, v in c.items() if k not in skip)
 
 

@@ -45,7 +45,9 @@ def plan_of(c, persistent=None):
     """A candidate's plan: the plan keywords it names (the rules' choice for the others), on static
     layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
     take them: row tiles, the lanes kernels and the long forward); a long-row plan where the rules give one or it
-    says "long": true (with "chunk", in elements)."""
+    says "long": true (with "chunk", in elements); "lane_elems": the elements a lane of a lanes tile
+    holds (the kernels' L, plan.LANES_ELEMS by the rules; 4: one 8-byte vector a lane and row piece
+    on 16-bit static layouts, bench/NOTES.md session 30)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
@@ -55,6 +57,8 @@ def plan_of(c, persistent=None):
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
              unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"))  # fmt: skip
+    if p is not None and p.kind == "lanes" and c.get("lane_elems"):
+        p = dataclasses.replace(p, lanes=max(1, p.widths[0] // c["lane_elems"]))
     if not (force and p is not None and (p.kind in ("tile", "lanes") or (p.kind, p.op) == ("long", "forward"))):
         return p
     multi_row = p.kind == "tile" and p.op == "forward" and p.tile_a * p.tile_b > 1

@@ -210,6 +210,7 @@ def _loads_label(c):
     static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
     unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
+    lanes += f"-L{c['lane_elems']}" if c.get("lane_elems") else ""
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
