@@ -386,8 +386,8 @@ def test_long_rows_one_block_a_row(dev, shape, casting, dtype, gen):
 def test_fp32_rows_one_block_a_row(dev, shape, gen):
     """The static long forward of fp32 rows that the row tiles hold at one block an SM
     (plan.long_static_chunk, session 30: 16 KB chunks, one block a row, the chunk count compiled
-    in), even, odd (gathered) and 4 | N, against float64 with the long backward (the rules leave
-    the backward of 16-byte aligned fp32 rows to the core kernels)."""
+    in): 2 mod 4 and odd (gathered) and 4 | N (plain loads), 2-D and 3-D, against float64 with the
+    long backward (the rules leave the backward of 16-byte aligned fp32 rows to the core kernels)."""
     n = shape[-1]
     p = plan("forward", 99999, 1, n, 4, SMS)
     assert (p.kind, p.static, p.unroll, p.grid, p.widths[0]) == ("long", True, True, 99999, 4096)
@@ -399,7 +399,7 @@ def test_fp32_rows_one_block_a_row(dev, shape, gen):
     _check_planned(dev, shape, torch.float32, "gemma", True, 0.0, gen, plan_of)
 
 
-@pytest.mark.parametrize("shape", [(37, 100), (2, 3, 204), (300, 68)], ids=str)
+@pytest.mark.parametrize("shape", [(37, 100), (2, 3, 204), (300, 68), (9, 4, 204)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_short_rows_static_over_lanes(dev, shape, dtype, gen):
     """The forward of 16-bit rows of 4 mod 8 elements that the lanes kernels would take runs on
@@ -699,7 +699,7 @@ def test_long_static_chunk():
     """The static long forward, a block a row (sessions 28, 29): aligned 16-bit rows of 12 KB up to
     5 chunks of 8 KB; even unaligned ones not a multiple of 8 elements from 12 KB, in 8 KB chunks up
     to 5 and 16 KB chunks up to 5; not rows of a multiple of 8 (16-byte loads there) nor shorter or
-    longer ones, nor fp32, nor runtime layouts."""
+    longer ones, nor fp32 at these lengths (fp32's own class: the next test), nor runtime layouts."""
     for n, chunk in ((6144 + 2, 4096), (9434, 4096), (20478, 4096), (20482, 8192), (40958, 8192), (7168, 4096),
                      (6142, 0), (5564, 0), (40962, 0), (6152, 0), (9992, 0), (8192, 0), (20496, 0)):  # fmt: skip
         assert long_static_chunk(n, 2, SMS) == chunk, n
@@ -738,6 +738,16 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
     for n in (17408, 17920, 18432):  # pieces without padded lanes: the row tile (s30d)
         assert plan("forward", 99999, 1, n, 4, SMS).kind == "tile" and long_static_chunk(n, 4, SMS) == 0
+    # the class's bounds on 132 SMs: 2 blocks a row tile up to 13312, the core for 4 | N of 14336-16384
+    kinds = {n: getattr(plan("forward", 99999, 1, n, 4, SMS), "kind", None) for n in
+             (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
+    assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: None, 16384: None, 16388: "long",
+                     18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip
+    for n in (13313, 14001, 18431):  # the backward of unaligned rows: the long kernels on runtime layouts
+        b = plan("backward", 99999, 1, n, 4, SMS)
+        assert b.kind == "long" and not b.static and not b.onepass, (n, b)
+    assert plan("backward", 99999, 1, 16388, 4, SMS) is None  # 16-byte aligned: the core backward
+    assert plan("forward", 99999, 1, 14001, 4, 78).occupancy == 2  # at most LONG_FP32_MAX_BLOCKS (measured)
 
 
 def test_static_rows_over_lanes():

@@ -7,8 +7,9 @@
 
 --candidates profiles row-kernel plans of a rows_probe candidate list (bench/probes/rows_probe.py:
 the plan keywords a candidate names, the rules' choice for the others; "persistent" picks the
-forward's grid, absent: the rules'), each as its own case, beside the providers' calls on the
-candidates' shapes and op.
+forward's grid, absent: the rules'), each as its own case, beside the providers' calls (of
+--op) on the candidates' shapes; a candidate the rules leave to the core kernels is reported
+missing.
 
 For every (shape, provider) the op runs once between cudaProfilerStart/Stop in a child process
 under ``ncu --profile-from-start off`` (inputs of the benchmark's sizes, larger than L2; each
@@ -116,6 +117,8 @@ def _candidate_call(c: dict):
 def _case_call(provs, who, op, m, n, dtype):
     """(closure, None) of a case, or (None, why it is missing)."""
     if isinstance(who, dict):
+        if RP._plan(who, who.get("persistent")) is None:
+            return None, "no row-kernel plan: the rules leave these rows to the core kernels"
         return _candidate_call(who), None
     if provs[who].missing:
         return None, provs[who].missing

@@ -58,6 +58,8 @@ def plan_of(c, persistent=None):
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
              unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"))  # fmt: skip
     if p is not None and p.kind == "lanes" and c.get("lane_elems"):
+        if p.widths[0] % c["lane_elems"]:
+            raise ValueError(f"lane_elems {c['lane_elems']} does not divide the lanes tile's width {p.widths[0]}")
         p = dataclasses.replace(p, lanes=max(1, p.widths[0] // c["lane_elems"]))
     if not (force and p is not None and (p.kind in ("tile", "lanes") or (p.kind, p.op) == ("long", "forward"))):
         return p

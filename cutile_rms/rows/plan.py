@@ -114,7 +114,7 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
   (session 29: 1.04-1.3x).
 - session 30: fp32 rows that the forward row tiles hold at one block an SM with padded lanes
-  (13313-18432 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
+  (13313-18431 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
   an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999); the forward of 16-bit rows of 4 mod 8
   elements that the lanes kernels would take (68-252) runs on a static padded row tile, 8-byte
   loads (``static_rows_over_lanes``: 1.07-1.32x).
@@ -495,23 +495,26 @@ LONG_UNROLL_WORD_ELEMS = 4
 # rolled: 124.6 against the persistent grid's 118.1). The SASS of the rule's plans holds no stack;
 # 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
-# fp32 rows that the forward row tiles hold at one block an SM (8 warps: 13313-18432 elements on
+LONG_FP32_MAX_BLOCKS = 2
+# fp32 rows that the forward row tiles hold at one block an SM (8 warps: 13313-18431 elements on
 # 132 SMs, but the rows of 4 | N of 14336-16384, which go to the core) run the static long forward
-# instead (``long_static_chunk``): one block per row, LONG_WIDE_CHUNK_BYTES chunks compiled in,
-# at the 2 blocks an SM the L2 share gives. ncu (session 30, ab/s30a-ncu, 5162 x 13000, where the
+# instead (``long_static_chunk``): one block per row, LONG_WIDE_CHUNK_BYTES chunks compiled in, at
+# the blocks an SM the L2 share gives, at most LONG_FP32_MAX_BLOCKS (the 2 measured; 4 lost at 132
+# SMs, s30a: 13000 146.3 -> 155.6, 15362 155.9 -> 175.7). ncu (session 30, ab/s30a-ncu, 5162 x 13000, where the
 # row tile holds 2 blocks): the row tile spills (289 k spill instructions, 128 registers) at 25%
 # occupancy; the long forward none, 76 registers, 37.5%. H200, graph replay, us, row tile ->
 # static long: s29d 13514 195.4 -> 149.9, 17284 193.9 -> 160.3; s30a 15362 173.2 -> 155.9, the odd
 # 17999 191.3 -> 203.6 (the one loss); fresh lengths after the rule (s30b): 13406 195.1 -> 150.8,
 # 13832 189.6 -> 154.3, 14100 193.5 -> 155.9, 16898 197.1 -> 165.7, 17500 195.9 -> 164.7, 18200
 # 185.5 -> 162.8, odd 14001 196.9 -> 161.2, 16383 174.4 -> 170.1, 17408 (16 | N) 168.5 -> 148.9.
-# Where the row tiles hold 2 to 4 blocks they tie or win (s30a, 3334-13000: 0.94-1.04x; 10244
+# Where the row tiles hold 2 to 4 blocks they tie or win (s30a, 3334-13000: 0.91-1.04x; 10244
 # 134.3 against 146.9, 12001 141.9 against 150.2), and 16 KB chunks at 4 blocks never beat 2.
 # Rows whose pieces pad no lane (17408, 17920, 18432) keep the row tile, which holds them without
 # waste: s30d, row tile -> static long, 2048 x 18432 77.6 -> 88.5, 8192 x 18432 295.7 -> 319.8 (a
 # models-table shape). 17408 gained all the same (s30b 168.5 -> 148.9, s30d 2048 rows 91.8 ->
 # 83.5): one of the three, given up for a rule that keeps the exact model sizes; 1024 x 13400
-# 41.1 -> 38.1 (the core's 32.6 at so few rows).
+# 41.1 -> 38.1 (the core's 32.6 at so few rows). The core's split kernels would run two 4 | N rows
+# of the class 4% faster still (s30b: 13832 147.9, 14100 150.1 against 154.3, 155.9).
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -585,7 +588,9 @@ LANES_BWD_PREFETCH = True
 # 30, ab/s30a-ncu, bf16 328965 x 204): the lanes tile executes 65.1 M warp instructions and loads
 # 111 bytes a request at 41.7% of DRAM peak; the static row tile 69.6 M at 221 bytes a request,
 # issue-bound (90.6% of the issue slots); torch.compile's kernel 32.7 M (one-warp blocks, 266
-# bytes a request, 76.5%). H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 ->
+# bytes a request, 76.5%; ncu also counted 82 k spill instructions for the static tile, 8 a block,
+# which the CPU SASS of the constraints bench/probes/sass.py models shows none of: not yet
+# explained). H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 ->
 # 85.2; s30a bf16 196 99.2 -> 86.2, 204 96.9 -> 85.1 (64 x 256 on 8 warps at 4 blocks 91.0 /
 # 90.1, on 4 warps 116.9 / 114.4; 32 x 256 on 8 warps 95.2 / 92.7); fresh lengths after the rule
 # (s30b): bf16 140 131.0 -> 110.4, 172 109.6 -> 93.3, 228 92.0 -> 81.1, 252 88.0 -> 78.5, fp16 188
@@ -804,6 +809,8 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         most = LONG_MAX_BLOCKS
         if one_row and aligned and 2 * (n % chunk) <= chunk:  # (a last chunk past half a chunk: 4, above)
             most = LONG_STATIC_MAX_BLOCKS
+        if one_row and elem_size == 4:
+            most = LONG_FP32_MAX_BLOCKS
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
         one_per_row = not persistent if persistent is not None else one_row
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
@@ -883,7 +890,8 @@ def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
-    """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above)."""
+    """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above), but
+    the forward of rows ``static_rows_over_lanes`` takes where static layouts are allowed."""
     w = _next_pow2(n)
     if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX):
         return False
@@ -900,7 +908,7 @@ def static_rows_over_lanes(n: int, elem_size: int) -> bool:
     """Whether the forward of 16-bit rows of n elements that the lanes kernels would take runs on a
     static row tile instead, where static layouts are allowed: rows of 4 mod 8 elements (8-byte
     loads; the lanes kernels pad them to 128 or 256, measured above)."""
-    return elem_size == 2 and n % 8 == 4
+    return elem_size == 2 and n % 8 == 4 and lanes_fit(n, elem_size, "forward")
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
@@ -935,13 +943,13 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
     the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES);
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
-    overrides the rules, False for callers whose kernels have only the row-tile layout; static:
-    whether the caller may run static layouts where ``static_fit`` takes them, False: runtime
-    layouts everywhere; long: True runs the long-row kernels (``long_plan``, chunk: their chunk
-    in elements) whatever the row's length, None where ``long_fit`` or the row's length says so
-    and no other keyword overrides the rules, False never: callers whose kernels have only the
-    row-tile layout; prefetch: whether the backward's row tiles read the next tile first, None:
-    the rule, PREFETCH_MAX_BLOCKS)."""
+    overrides the rules (but ``static_rows_over_lanes`` on static layouts), False for callers whose
+    kernels have only the row-tile layout; static: whether the caller may run static layouts where
+    ``static_fit`` takes them, False: runtime layouts everywhere; long: True runs the long-row
+    kernels (``long_plan``, chunk: their chunk in elements) whatever the row's length, None where
+    ``long_fit`` or the row's length says so and no other keyword overrides the rules, False
+    never: callers whose kernels have only the row-tile layout; prefetch: whether the backward's
+    row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
