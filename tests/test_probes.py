@@ -71,3 +71,16 @@ def test_tma_branch_reproducer_compiles(sass):
     for tma in (True, False):
         r = sass.compile_report(branch_store, [rows, rows, flags, TILE_N, 8, tma], occupancy=2)
         assert (r["ops"].get("UTMASTG.2D", 0) > 0) == tma and r["ops"].get("ATOMG.ADD.64", 0) > 0
+
+
+def test_innermost_loop_of_a_listing():
+    """The SASS tool's loop finder takes the shortest backward branch's range."""
+    from bench.probes.sass import innermost_loop
+
+    listing = "\n".join(
+        f"        /*{a:04x}*/                   {t} ;"
+        for a, t in ((0x10, "MOV R1, R2"), (0x20, "LDG.E.64 R4, desc[UR4][R2.64]"), (0x30, "FADD R1, R1, R4"),
+                     (0x40, "@P0 BRA 0x20"), (0x50, "STG.E [R2.64], R1"), (0x60, "@P1 BRA 0x10"), (0x70, "EXIT"))
+    )  # fmt: skip
+    assert innermost_loop(listing) == ["LDG.E.64 R4, desc[UR4][R2.64]", "FADD R1, R1, R4", "@P0 BRA 0x20"]
+    assert innermost_loop("        /*0010*/    EXIT ;") == []

@@ -6,11 +6,19 @@ they are, unit last stride, each dim's divisibility by 16 and size-1 dims. Repor
 local memory (spills), shared memory, and counts of the memory instructions by width.
 
     python -m bench.probes.sass            # the built-in table of candidates
+    python -m bench.probes.sass --loops CANDIDATES.json   # the innermost loop of each candidate plan
+
+--loops compiles the row-tile or lanes kernel of each forward candidate of a rows_probe list
+(bench/probes/rows_candidates.plan_of) and reports registers, stack and its innermost loop: its
+instructions, the rows one iteration covers (from the bytes its loads read, rounded up to a
+power of two: on static layouts the loads of lanes past N are dropped) and the warp
+instructions an element that gives on 32-lane warps (bench/NOTES.md, session 30).
 """
 
 import collections
 import dataclasses
 import io
+import math
 import os
 import re
 import subprocess
@@ -60,13 +68,19 @@ def cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run([_tool("cuobjdump"), flag, f.name], capture_output=True, text=True, check=True).stdout
 
 
-def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
-    """Compile kernel (hints: replace_hints keywords) for params; return its resource report."""
+def compile_cubin(kernel, params, arch="sm_90", **hints) -> bytes:
+    """The cubin of kernel (hints: replace_hints keywords) for params."""
     k = kernel.replace_hints(**hints) if hints else kernel
     buf = io.BytesIO()
     sig = KernelSignature(params, calling_convention=CallingConvention.cutile_python_v2())
     export_kernel(k, [sig], buf, gpu_code=arch, output_format="cubin")
-    res, sass = cuobjdump(buf.getvalue(), "-res-usage"), cuobjdump(buf.getvalue(), "-sass")
+    return buf.getvalue()
+
+
+def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
+    """Compile kernel (hints: replace_hints keywords) for params; return its resource report."""
+    cubin = compile_cubin(kernel, params, arch, **hints)
+    res, sass = cuobjdump(cubin, "-res-usage"), cuobjdump(cubin, "-sass")
     out = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", res)}
     ops = collections.Counter()
     for line in sass.splitlines():
@@ -77,6 +91,61 @@ def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
     out["ops"] = dict(ops)
     out["instructions"] = sum(1 for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line))
     return out
+
+
+_LDG_BYTES = {".U16": 2, ".64": 8, ".128": 16, None: 4}
+
+
+def innermost_loop(sass: str) -> list[str]:
+    """The instructions of the shortest loop (a backward branch's range) of a SASS listing."""
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
+    loops = [
+        (int(b.group(1), 16), a)
+        for a, t in ins
+        if (b := re.search(r"BRA (0x[0-9a-f]+)", t)) and int(b.group(1), 16) < a
+    ]
+    if not loops:
+        return []
+    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
+    return [t for a, t in ins if lo <= a <= hi]
+
+
+def loop_report(p, dt, m, n) -> dict:
+    """Registers, stack and innermost loop (instructions, rows an iteration, warp instructions an
+    element) of the forward row-tile or lanes kernel of plan p on C-contiguous (m, n) rows."""
+    kernel, params, hints = lanes_params(p, dt, m, n) if p.kind == "lanes" else rows_params(p, dt, m, 1, n)
+    cubin = compile_cubin(kernel, params, **hints)
+    res = {k: int(v) for k, v in re.findall(r"(REG|STACK):(\d+)", cuobjdump(cubin, "-res-usage"))}
+    body = innermost_loop(cuobjdump(cubin, "-sass"))
+    loaded = sum(_LDG_BYTES[g.group(1)] for t in body if (g := re.search(r"\bLDG\.E(\.U16|\.64|\.128)?\b", t)))
+    rows = loaded * 32 * p.warps // ES[dt] / p.widths[0]
+    rows = 1 << max(0, math.ceil(math.log2(rows))) if rows else 0
+    per_element = len(body) * p.warps / (rows * n) if rows else float("nan")
+    return dict(res, loop=len(body), rows=rows, per_element=per_element)
+
+
+def _loops(path: str) -> int:
+    """--loops: loop_report of every forward row-tile or lanes candidate in a rows_probe list."""
+    import json
+
+    from bench.probes.rows_candidates import plan_of
+
+    dts = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}
+    with open(path) as f:
+        cands = json.load(f)
+    for c in cands:
+        p = plan_of(c, c.get("persistent"))
+        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes"):
+            continue
+        r = loop_report(p, dts[c["dtype"]], c["m"], c["n"])
+        knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
+        shape = f"{p.tile_a}x{p.tile_b}x{p.widths[0]}" + (
+            f" ({p.widths[0] // p.lanes} x {p.lanes} lanes)" if p.lanes else ""
+        )
+        print(f"{c['dtype']} {c['n']} [{knobs or 'rules'}] {p.kind} {shape} {'static' if p.static else 'runtime'}: "
+              f"registers {r.get('REG')}, stack {r.get('STACK', 0)}, loop {r['loop']} instructions, {r['rows']} rows, "
+              f"{r['per_element']:.2f} warp instructions an element", flush=True)  # fmt: skip
+    return 0
 
 
 def _aot_array(dtype, shape):
@@ -232,8 +301,13 @@ def _cases():
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("CUDA_TILE_CACHE_DIR", "off")
+    if argv[:1] == ["--loops"]:
+        return _loops(argv[1])
     for label, kernel, params, hints in _cases():
         r = compile_report(kernel, params, **hints)
         ops = " ".join(f"{k} x{v}" for k, v in sorted(r["ops"].items()))
