@@ -298,6 +298,35 @@ def test_prefetch_backward(dev, shape, what, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
+# The forward that loads each block's next tile before it reduces and stores this one (rows_fwd's
+# PREFETCH, a persistent grid of plain loads): grids of 3 blocks, so blocks run several tiles.
+PREFETCH_FWD_CASES = [
+    ((1000, 64), "the last tile overhangs A"),
+    ((40, 1024), "many tiles a block"),
+    ((9, 5376), "two pieces"),
+    ((300, 136), "static padded rows, the last tile overhangs A"),
+    ((2, 2048), "fewer tiles than blocks"),
+]
+
+
+@pytest.mark.parametrize("shape,what", PREFETCH_FWD_CASES, ids=[c[1] for c in PREFETCH_FWD_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_prefetch_forward(dev, shape, what, dtype, gen):
+    """y and rstd (NaN-poisoned first) of the prefetching forward against float64."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+
+    def plan_of(op, a, b, n, es, sms):
+        if op == "backward":
+            return RL.plan(op, a, b, n, es, sms, any_length=True, lanes=False, long=False)
+        p = RL.plan(op, a, b, n, es, 1, any_length=True, lanes=False, long=False, persistent=True, occupancy=3,
+                    loads=K.LOADS_PLAIN, prefetch=True)  # fmt: skip
+        tiles = -(-a // p.tile_a) * (b // p.tile_b)
+        assert p.kind == "tile" and p.grid == min(3, tiles) and p.prefetch == (tiles > 3), p
+        return p
+
+    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
 @pytest.mark.parametrize("shape", [(37, 98), (5, 3, 71), (300, 149)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_prefetch_lanes_backward(dev, shape, dtype, gen):

@@ -244,7 +244,16 @@ def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A:
     else:
         x0, x1, x2, ss = _add_row_tile(x, r, s_out, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, C0, C1, C2, LOADS,
                                        RESIDUAL == RESIDUAL_ADD)  # fmt: skip
-    rstd = _rstd(ss, x.shape[2], eps, LOADS)
+    _fwd_out(x0, x1, x2, ss, y, rstd_out, w0, w1, w2, ia, ib, j1, j2, x.shape[2], eps, TILE_A, TILE_B, W1, W2,
+             CASTING, HAS_WEIGHT, STORE_RSTD, C0, C1, C2, CA, LOADS)  # fmt: skip
+
+
+@tile_function
+def _fwd_out(x0, x1, x2, ss, y, rstd_out, w0, w1, w2, ia, ib, j1, j2, n, eps, TILE_A: C_INT, TILE_B: C_INT,
+             W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, C0: C_BOOL, C1: C_BOOL,
+             C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """y (and rstd) of row tile (ia, ib) from its pieces and their rows' sums of squares."""
+    rstd = _rstd(ss, n, eps, LOADS)
     _store(y, ia, ib, 0, ct.astype(_normalize(x0, rstd, w0, CASTING, HAS_WEIGHT), y.dtype), C0, LOADS)
     if W1 > 0:
         _store(y, ia, ib, j1, ct.astype(_normalize(x1, rstd, w1, CASTING, HAS_WEIGHT), y.dtype), C1, LOADS)
@@ -252,6 +261,31 @@ def _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A:
         _store(y, ia, ib, j2, ct.astype(_normalize(x2, rstd, w2, CASTING, HAS_WEIGHT), y.dtype), C2, LOADS)
     if STORE_RSTD:
         ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), check_bounds=CA, allow_tma=False)
+
+
+@tile_function
+def _raw_row_tile(x, ia, ib, j1, j2, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, C0: C_BOOL,
+                  C1: C_BOOL, C2: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """The pieces (x0, x1, x2) of row tile (ia, ib) as loaded; an absent piece is x0."""
+    x0 = _load(x, ia, ib, 0, TILE_A, TILE_B, W0, C0, LOADS)
+    x1 = x0
+    x2 = x0
+    if W1 > 0:
+        x1 = _load(x, ia, ib, j1, TILE_A, TILE_B, W1, C1, LOADS)
+    if W2 > 0:
+        x2 = _load(x, ia, ib, j2, TILE_A, TILE_B, W2, C2, LOADS)
+    return x0, x1, x2
+
+
+@tile_function
+def _sum_sq3(x0, x1, x2, W1: C_INT, W2: C_INT):
+    """The rows' sums of squares over the pieces that are present."""
+    ss = _sum_sq(x0)
+    if W1 > 0:
+        ss = ss + _sum_sq(x1)
+    if W2 > 0:
+        ss = ss + _sum_sq(x2)
+    return ss
 
 
 @tile_function
@@ -269,23 +303,65 @@ def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
 @row_kernel
 def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArray, rstd_out, eps, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
-             STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):  # fmt: skip
+             STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT,
+             PREFETCH: C_BOOL):  # fmt: skip
     """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise). RESIDUAL
     (the core kernels' RESIDUAL_*): NONE normalizes x (r and s_out are placeholders); ADD
     normalizes s = x + r (an fp32 add rounded once to s_out's dtype) and stores it to s_out;
-    ADD_UNSTORED normalizes s without storing it (post-norm: s_out only names its dtype)."""
+    ADD_UNSTORED normalizes s without storing it (post-norm: s_out only names its dtype).
+    PREFETCH (RESIDUAL_NONE, plain or TMA loads): each iteration loads the block's next tile (the
+    last tile again at the end, so always in bounds) before it reduces and stores this one."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
-        if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-            _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
-                      HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
-        else:
-            _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
-                      HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+    if PREFETCH and RESIDUAL == RESIDUAL_NONE and LOADS != LOADS_GATHER:
+        ia, ib = _tile(ct.minimum(ct.bid(0), tiles - 1), tiles_b)
+        x0, x1, x2 = _raw_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            na, nb = _tile(ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b)
+            nx0, nx1, nx2 = _raw_row_tile(x, na, nb, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
+            _fwd_out(
+                x0,
+                x1,
+                x2,
+                _sum_sq3(x0, x1, x2, W1, W2),
+                y,
+                rstd_out,
+                w0,
+                w1,
+                w2,
+                ia,
+                ib,
+                j1,
+                j2,
+                x.shape[2],
+                eps,
+                TILE_A,
+                TILE_B,
+                W1,
+                W2,
+                CASTING,
+                HAS_WEIGHT,
+                STORE_RSTD,
+                c0,
+                c1,
+                c2,
+                CHECK_A,
+                LOADS,
+            )
+            x0, x1, x2 = nx0, nx1, nx2
+    else:
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, ib = _tile(t, tiles_b)
+            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                          HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
+            else:
+                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                          HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
 
 
 @tile_function

@@ -30,7 +30,7 @@ __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "
            "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
-                  "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS")  # fmt: skip
+                  "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks, and
@@ -124,8 +124,8 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
     not stored, and s_dtype_like, any array of the sum's dtype, names it."""
     has_weight = weight is not None
-    if p.kind != "tile" and residual is not None:
-        raise ValueError(f"the {p.kind} forward has no residual add")
+    if residual is not None and (p.kind != "tile" or p.prefetch):
+        raise ValueError(f"the {p.kind} forward{' with prefetch' if p.prefetch else ''} has no residual add")
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = constants(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,

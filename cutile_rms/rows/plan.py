@@ -1060,7 +1060,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
     if op != "backward":
-        prefetch = False
+        # a persistent forward grid of plain or TMA loads (kernels.rows_fwd's PREFETCH: not a rule yet)
+        prefetch = bool(prefetch) and grid < tiles and loads != LOADS_GATHER
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
