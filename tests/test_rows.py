@@ -32,8 +32,8 @@ from cutile_rms.rows.plan import (
     plan,
     short_backward,
     static_fit,
-    static_rows_over_lanes,
     unaligned,
+    vector_lanes,
 )
 from tests.reference import check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
@@ -191,7 +191,7 @@ def test_row_groups():
 
 
 CASES = [
-    ((37, 300), "one padded piece, odd M"),
+    ((37, 296), "one padded piece, odd M"),
     ((9, 5376), "three pieces"),
     ((7, 6144), "two pieces (the forward: long rows, static)"),
     ((257, 128), "short rows, a partial tile"),
@@ -428,19 +428,6 @@ def test_fp32_rows_one_block_a_row(dev, shape, gen):
     _check_planned(dev, shape, torch.float32, "gemma", True, 0.0, gen, plan_of)
 
 
-@pytest.mark.parametrize("shape", [(37, 100), (2, 3, 204), (300, 68), (9, 4, 204)], ids=str)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_short_rows_static_over_lanes(dev, shape, dtype, gen):
-    """The forward of 16-bit rows of 4 mod 8 elements that the lanes kernels would take runs on
-    static row tiles (plan.static_rows_over_lanes, session 30), the backward on the lanes kernel,
-    tiles overhanging A; every output against float64."""
-    n = shape[-1]
-    p = plan("forward", 37, 1, n, 2, SMS)
-    assert (p.kind, p.static, p.widths, p.loads) == ("tile", True, (1 << (n - 1).bit_length(), 0, 0), K.LOADS_PLAIN)
-    assert plan("backward", 37, 1, n, 2, SMS).kind == "lanes"
-    _check_planned(dev, shape, dtype, "llama", True, 0.0, gen, plan)
-
-
 # The long-row kernels on aligned rows (plain loads, the last chunk checked where the chunks
 # overhang N), with the rules' chunk and a narrow one.
 LONG_ALIGNED_CASES = [((3, 20480), "whole chunks"), ((2, 3, 24584), "3-D, a partial chunk"), ((5, 1040), "one chunk")]
@@ -512,18 +499,26 @@ def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
     assert r.get("STACK", 0) <= (8 if p.kind == "tile" and p.tile_a == 16 else 0), (p, r)
 
 
-@pytest.mark.parametrize("dtype,n", [("bfloat16", 68), ("bfloat16", 204), ("float16", 252), ("float32", 13406),
-                                     ("float32", 14001), ("float32", 18200)])  # fmt: skip
-def test_session30_plans_hold_their_registers(sass, dtype, n):
-    """The static row tiles of 4 mod 8 rows that the lanes kernels would take, and the static long
-    forward of fp32 rows at one block an SM, compile without stack (their timings assume it)."""
+REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("forward", "float16", 252),
+                  ("forward", "bfloat16", 300), ("forward", "float16", 508), ("backward", "bfloat16", 76),
+                  ("backward", "float16", 204), ("backward", "bfloat16", 300), ("backward", "bfloat16", 138),
+                  ("backward", "float16", 250), ("forward", "float32", 13406), ("forward", "float32", 14001),
+                  ("forward", "float32", 18200)]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,dtype,n", REGISTER_CASES)
+def test_static_plans_hold_their_registers(sass, op, dtype, n):
+    """The vector lanes tiles of 16-bit rows (plan.vector_lanes, session 31) and the static long
+    forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
+    assume it)."""
     dt = getattr(sass.ct, dtype)
-    p = plan("forward", 99999, 1, n, sass.ES[dt], SMS)
+    p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static, p
     if p.kind == "long":
         compiled = [(k, params, hints) for _, k, params, hints in sass.long_params(p, dt, 99999, n)]
     else:
-        compiled = [sass.rows_params(p, dt, 99999, 1, n)]
+        assert p.kind == "lanes" and p.lanes == p.widths[0] // 4, p
+        compiled = [sass.lanes_params(p, dt, 99999, n)]
     for kernel, params, hints in compiled:
         r = sass.compile_report(kernel, params, **hints)
         assert "REG" in r and r.get("STACK", 0) == 0, (p, r)
@@ -553,19 +548,34 @@ def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, static
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
-@pytest.mark.parametrize("shape", [(37, 204), (5, 3, 100), (11, 292), (300, 252)], ids=str)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-def test_lanes_rows_vector_lanes(dev, shape, dtype, gen):
-    """The lanes kernels on static layouts with 4 elements a lane (one 8-byte vector a lane and
-    row piece on 16-bit rows of 4 | N: the probes' "lane_elems", session 30) against float64, rows
-    padded to 128-512, tiles overhanging A."""
-    casting = "gemma" if dtype == torch.float32 else "llama"
+VECTOR_LANES_SHAPES = [(37, 204), (5, 3, 100), (11, 292), (300, 252), (300, 68), (9, 4, 204), (40, 138), (3, 5, 250)]
+
+
+@pytest.mark.parametrize("shape", VECTOR_LANES_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_vector_lanes_rows(dev, shape, dtype, gen):
+    """The rules' plans of 16-bit rows of 4 mod 8 elements (forward and backward) and of 2 mod 4
+    (backward): static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31), rows
+    padded to 128-512, tiles overhanging A, head groups; y, rstd, dx and dw against float64."""
+    n = shape[-1]
+    for op in ("forward", "backward"):
+        p = plan(op, 37, 1, n, 2, SMS)
+        w = 1 << (n - 1).bit_length()
+        assert vector_lanes(n, 2, op) == (n % 8 == 4 or op == "backward"), (op, n)
+        assert (p.kind, p.static, p.lanes) == (("lanes", True, w // 4) if vector_lanes(n, 2, op) else
+                                               ("lanes", False, w // 16)), (op, n, p)  # fmt: skip
+    _check_planned(dev, shape, dtype, "llama", True, 0.0, gen, plan)
+
+
+@pytest.mark.parametrize("shape", [(37, 204), (11, 292)], ids=str)
+def test_vector_lanes_fp32_kernels(dev, shape, gen):
+    """The lanes kernels of fp32 rows with 4 elements a lane (probes only: the rule leaves fp32
+    rows to the rules' lanes, measured slower) against float64."""
 
     def plan_of(*args):
-        p = lanes_plan(*args, static=True)
-        return dataclasses.replace(p, lanes=p.widths[0] // 4)
+        return lanes_plan(*args, static=True, lane_elems=4)
 
-    _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+    _check_planned(dev, shape, torch.float32, "gemma", True, 0.0, gen, plan_of)
 
 
 LOADS_CASES = [
@@ -629,10 +639,11 @@ def test_prefetch_rule():
     """The backward's row tiles read their next tile first where the hint leaves a thread 128
     registers or more and the register line's need passes that cap by less than
     PREFETCH_OVER_CAP (bench/NOTES.md, session 26: the lengths it won and lost at); the lanes
-    backward always (LANES_BWD_PREFETCH, session 27); never forward or long plans; an override wins."""
+    backward always (LANES_BWD_PREFETCH, session 27); forward plans only where asked (persistent grids
+    of plain loads), never long plans; an override wins."""
     on = [(689, 2), (1407, 2), (2301, 2), (5555, 2), (128, 2), (256, 2), (1302, 2), (749, 4), (1407, 4), (4999, 4)]
     on.append((3001, 2))  # over the cap on 4 warps: 8 warps, where it prefetches (session 28)
-    off = [(5905, 2), (136, 2), (292, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
+    off = [(5905, 2), (136, 2), (296, 2), (1000, 2), (136, 4)]  # over the cap, or 8 blocks an SM
     for n, es in on + off:
         p = plan("backward", 1 << 20, 1, n, es, SMS)
         assert p.kind == "tile" and p.prefetch == ((n, es) in on), (n, es, p)
@@ -645,6 +656,8 @@ def test_prefetch_rule():
         assert not plan("backward", 99, 1, n, es, SMS, prefetch=False).prefetch
         assert not plan("forward", 99, 1, n, es, SMS).prefetch
     assert not plan("backward", 99, 1, 20001, 2, SMS).prefetch  # the long kernels
+    assert plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=True, prefetch=True).prefetch
+    assert not plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=False, prefetch=True).prefetch  # a tile a block
 
 
 def test_short_backward_rule():
@@ -685,14 +698,14 @@ def test_static_fit():
     for op in OPS:
         assert plan(op, 99, 1, 3000, 2, SMS).static
         assert plan(op, 99, 1, 3000, 2, SMS, static=False) is None  # runtime layouts: the core kernels
-        for n, es, width in ((292, 2, 512), (856, 2, 1024), (88, 2, 128), (292, 4, 512)):
-            p = plan(op, 99, 1, n, es, SMS)  # one padded piece
+        for n, es, width in ((296, 2, 512), (856, 2, 1024), (88, 2, 128), (292, 4, 512)):
+            p = plan(op, 99, 1, n, es, SMS)  # one padded piece (4 mod 8 rows: vector lanes, session 31)
             assert p.static and p.kind == "tile" and p.widths == (width, 0, 0), (op, n, es, p)
     assert plan("forward", 99, 1, 3000, 4, SMS).static is False and plan("forward", 99, 1, 518, 4, SMS).static
     assert plan("forward", 99, 1, 856, 2, SMS, static=False) is None  # under 2 KB, not a power of two: the core
     assert plan("forward", 99, 1, 1128, 2, SMS).static  # 2 KB and more: static row tiles
     # the backward's short static tiles: IN_FLIGHT_BYTES of x and dy at 8 blocks an SM
-    b = plan("backward", 99999, 1, 292, 2, SMS)
+    b = plan("backward", 99999, 1, 296, 2, SMS)
     assert (b.tile_a, b.occupancy, b.warps) == (4, 8, 4) and plan("backward", 99999, 1, 292, 4, SMS).tile_a == 2
     # the default backward: where the static tiles hold 16 warps an SM (1128, 2056, 5000 won), not 8 (3000, 1736)
     assert all(backward_by_default(n, 2) for n in (1128, 1208, 2056, 4104, 5000, 856, 88, 1000))
@@ -779,25 +792,25 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     assert plan("forward", 99999, 1, 14001, 4, 78).occupancy == 2  # at most LONG_FP32_MAX_BLOCKS (measured)
 
 
-def test_static_rows_over_lanes():
-    """The forward of 16-bit rows of 4 mod 8 elements that the lanes kernels take runs on one
-    static padded row tile (32 x 256 or 64 x 128, 8 blocks of 4 warps, plain loads), on static
-    layouts only (session 30); other lanes rows and the backward keep the lanes kernels."""
-    for n in range(65, 257):
-        lanes = lanes_fit(n, 2, "forward")
-        p = plan("forward", 99999, 1, n, 2, SMS)
-        if n % 8 == 4:
-            assert lanes and static_rows_over_lanes(n, 2)
-            w = 1 << (n - 1).bit_length()
-            assert (p.kind, p.static, p.widths, p.tile_a * w, p.warps, p.occupancy) == (
-                "tile", True, (w, 0, 0), 8192, 4, 8), (n, p)  # fmt: skip
-            assert plan("forward", 99999, 1, n, 2, SMS, static=False).kind == "lanes"
-        else:
-            assert not static_rows_over_lanes(n, 2)
-            assert (p.kind == "lanes") == lanes, (n, p)
-        if lanes_fit(n, 2, "backward"):
-            assert plan("backward", 99999, 1, n, 2, SMS).kind == "lanes", n
-    assert not static_rows_over_lanes(204, 4)
+def test_vector_lanes_rule():
+    """Static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31): exactly 16-bit rows
+    of 4 mod 8 elements padded to 128-512 (forward and backward) and the backward of 2 mod 4 rows
+    padded to 128-256, at the lanes tiles' 2048 elements and blocks; on runtime layouts the rules'
+    lanes (or row tiles) as before; never fp32."""
+    for n in range(60, 600):
+        w = 1 << (n - 1).bit_length()
+        for op, hint in (("forward", 8), ("backward", 4)):
+            want = 128 <= w <= 512 and (n % 8 == 4 or (op == "backward" and n % 4 == 2 and w <= 256))
+            assert vector_lanes(n, 2, op) == want, (op, n)
+            assert not vector_lanes(n, 4, op)
+            p = plan(op, 99999, 1, n, 2, SMS)
+            if want:
+                assert (p.kind, p.static, p.lanes, p.tile_a * w, p.warps, p.occupancy) == (
+                    "lanes", True, w // 4, 2048, 4, hint), (op, n, p)  # fmt: skip
+                r = plan(op, 99999, 1, n, 2, SMS, static=False)
+                assert not r.static and (r.kind != "lanes" or r.lanes == w // 16), (op, n, r)
+            elif p is not None and p.kind == "lanes":
+                assert p.lanes == w // 16, (op, n, p)
 
 
 def test_static_layouts_are_bounded(monkeypatch):
@@ -1005,7 +1018,7 @@ def test_unaligned_rows_take_the_row_tiles():
     assert plan("forward", 9, 1, 511, 2, SMS).loads == K.LOADS_GATHER  # odd: runtime layouts
     assert plan("forward", 9, 1, 1098, 2, SMS).loads == K.LOADS_PLAIN  # even: N and the row stride compiled in
     assert plan("forward", 9, 1, 510, 2, SMS).loads == K.LOADS_GATHER  # 4-byte starts under 1 KB: runtime layouts
-    assert plan("forward", 9, 1, 300, 2, SMS).loads == K.LOADS_PLAIN  # 4 | N: static, plain (plan.py, session 25)
+    assert plan("forward", 9, 1, 296, 2, SMS).loads == K.LOADS_PLAIN  # 8 | N: static, plain (plan.py, session 25)
     assert plan("forward", 9, 1, 671, 2, SMS).widths == (1024, 0, 0)  # gathered short rows: one piece forward
     assert plan("backward", 9, 1, 671, 2, SMS).widths == (512, 256, 0)  # backward: two
     assert plan("backward", 9, 1, 1098, 2, SMS).loads == K.LOADS_GATHER  # the backward keeps its gathers
@@ -1046,9 +1059,8 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
             assert plan(op, 9, 1, n, es, SMS, loads=K.LOADS_GATHER).kind == "tile"
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
     assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 4, 2)
-    # 284 = 256 + 32 and 300 = 256 + 64 pad less than 512 / 1.4 as row-tile pieces; 513 (bf16 and
-    # fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
-    for n, es, ops in ((63, 2, both), (257, 2, both), (284, 2, both), (300, 2, both), (510, 2, ("forward",)),
+    # 513 (bf16 and fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
+    for n, es, ops in ((63, 2, both), (257, 2, both), (510, 2, ("forward",)),
                        (128, 2, both), (192, 2, both), (63, 4, both), (257, 4, ("forward",)),
                        (128, 4, both), (513, 2, both), (622, 2, both), (513, 4, both)):  # fmt: skip
         for op in ops:

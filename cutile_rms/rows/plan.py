@@ -115,9 +115,11 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (session 29: 1.04-1.3x).
 - session 30: fp32 rows that the forward row tiles hold at one block an SM with padded lanes
   (13313-18431 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
-  an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999); the forward of 16-bit rows of 4 mod 8
-  elements that the lanes kernels would take (68-252) runs on a static padded row tile, 8-byte
-  loads (``static_rows_over_lanes``: 1.07-1.32x).
+  an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999).
+- session 31: 16-bit rows of 4 mod 8 elements padded to 128-512 (forward and backward) and the
+  backward of those of 2 mod 4 padded to 128-256 run static lanes tiles of 4 elements a lane, one
+  8-byte vector a thread and row piece (``vector_lanes``: 1.06-1.28x; session 30's static row
+  tiles of 4 mod 8 rows went).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -160,8 +162,8 @@ __all__ = [
     "short_backward",
     "short_view_rows",
     "static_fit",
-    "static_rows_over_lanes",
     "unaligned",
+    "vector_lanes",
 ]
 
 OPS = ("forward", "backward")
@@ -582,22 +584,34 @@ LANES_FWD_MAX_ELEMS = 256
 # 216.1 -> 195.2, 175.4 -> 162.7, 161.6 -> 154.8, 191.4 -> 166.6, 148.4 -> 141.4; fp32 241.8 ->
 # 205.3, 215.1 -> 210.7, 214.9 -> 210.3, 237.6 -> 205.0, but 206.4 -> 212.1 at 241 (3% lost).
 LANES_BWD_PREFETCH = True
-# 16-bit rows of 4 mod 8 elements that the lanes kernels take (68-252) run forward on the static
-# row tile instead (``static_rows_over_lanes``: one padded piece of 128 or 256, 64 or 32 rows, 8
-# blocks of 4 warps, 8-byte loads), whose runtime gathers load 2 bytes an element. ncu (session
-# 30, ab/s30a-ncu, bf16 328965 x 204): the lanes tile executes 65.1 M warp instructions and loads
-# 111 bytes a request at 41.7% of DRAM peak; the static row tile 69.6 M at 221 bytes a request,
-# issue-bound (90.6% of the issue slots); torch.compile's kernel 32.7 M (one-warp blocks, 266
-# bytes a request, 76.5%; ncu also counted 82 k spill instructions for the static tile, 8 a block,
-# which the CPU SASS of the constraints bench/probes/sass.py models shows none of: not yet
-# explained). H200, graph replay, us, lanes -> static row tile: s29d bf16 204 96.5 ->
-# 85.2; s30a bf16 196 99.2 -> 86.2, 204 96.9 -> 85.1 (64 x 256 on 8 warps at 4 blocks 91.0 /
-# 90.1, on 4 warps 116.9 / 114.4; 32 x 256 on 8 warps 95.2 / 92.7); fresh lengths after the rule
-# (s30b): bf16 140 131.0 -> 110.4, 172 109.6 -> 93.3, 228 92.0 -> 81.1, 252 88.0 -> 78.5, fp16 188
-# 92.3 -> 86.6, 236 86.0 -> 78.1; padded to 128 (64 x 128): bf16 68 148.2 -> 112.0, 100 106.4 ->
-# 86.0, 124 95.0 -> 79.4, fp16 92 107.7 -> 86.6. Rows of 2 mod 4 (4-byte loads) lost on the same
-# tile (bf16 138, 170, 226, 250: 132.5 / 110.5 / 93.8 / 89.1 -> 150.3 / 126.8 / 107.2 / 101.9) and
-# keep the lanes kernel.
+# Vector lanes (``vector_lanes``, session 31): on static layouts a lanes tile of L = VECTOR_LANE_ELEMS
+# elements a lane (kernels' (TILE_A, TILE_B, L, K), K = W / L) gives each thread one 8-byte vector of
+# a 16-bit row piece, a row over K / 4 threads, and tileiras compiles its gathers to LDG.64 without
+# a shared-memory step; the rules' L = LANES_ELEMS strides a thread's elements by K (2-byte loads,
+# or wide loads moved through shared memory). Short 16-bit rows are issue-bound, not load-bound:
+# ncu (session 30, ab/s30a-ncu, bf16 328965 x 204) counted 65.1 M warp instructions for the
+# runtime lanes tile and 69.6 M for session 30's static row tile (90.6% of the issue slots, 221
+# bytes a load request), torch.compile's kernel 32.7 M. SASS (sm_90, ab/s30e-sass-loops.txt),
+# warp instructions an element in the innermost loop, the rule before -> L = 4: bf16 204 0.97 ->
+# 0.56, 252 0.79 -> 0.45, 100 0.97 -> 0.57, 292 1.15 -> 0.66, 138 (2 mod 4) 1.42 -> 0.94. Tiles of
+# 2048 elements (LANES_TILE_ELEMS) at LANES_OCCUPANCY, as the other lanes tiles. H200, graph
+# replay, about 64 Mi elements, us, the rules -> L = 4 (ab/s31a, ab/s31c): forward, 4 mod 8 (the
+# static row tiles of session 30 before: 32 x 256, 64 x 128, 16 x 512): bf16 76 101.7 -> 83.4, 116
+# 81.2 -> 72.0, 140 110.1 -> 89.0, 172 93.4 -> 79.9, 188 88.1 -> 75.7, 196 85.4 -> 75.6, 204 85.4 ->
+# 74.7, 228 80.3 -> 71.2, 244 79.6 -> 70.8, 292 97.1 -> 85.6, 300 91.7 -> 83.5, 340 88.2 -> 79.6,
+# 380 82.2 -> 75.1, 452 80.5 -> 71.8, 500 76.9 -> 70.1, 508 76.4 -> 70.5; fp16 140 105.8 -> 88.6,
+# 172 91.1 -> 77.0, 204 83.3 -> 72.4, 300 91.0 -> 82.7, 340 87.7 -> 77.1 (1.08-1.24x); tiles of twice
+# the rows lost 2-5%, of half the rows spill (SASS: 72-400 bytes of stack at 8 blocks' 64
+# registers). Backward (the runtime lanes tile or the static row tile before): bf16 76 189.4 ->
+# 147.4, 100 159.6 -> 140.9, 140 188.1 -> 153.1, 196 152.8 -> 134.7, 204 148.5 -> 132.6, 228 143.4
+# -> 126.2, 252 140.6 -> 124.7, 300 171.6 -> 151.5; fp16 100 159.0 -> 131.1, 140 175.1 -> 156.9, 196
+# 146.3 -> 136.6, 204 142.3 -> 134.4, 252 138.6 -> 123.3, 300 164.9 -> 148.1 (1.06-1.28x); and 2 mod
+# 4 rows (4-byte loads), backward bf16 138 190.6 -> 168.1, 250 140.1 -> 115.7, fp16 250 137.8 ->
+# 115.2, but forward bf16 138 131.7 -> 130.9, 226 92.9 -> 94.2, 250 88.3 -> 88.8, fp16 226 87.8 ->
+# 91.0: the forward of those keeps the runtime lanes tile. Not taken: fp32 (196 / 204 forward 132.3
+# -> 143.9 / 144.5), 16-byte aligned rows (SASS: 8-144 bytes of stack with L = 4 or 8), 2 mod 4 rows
+# padded to 512 (410: 600 bytes of stack) and odd rows (135: 392 bytes).
+VECTOR_LANE_ELEMS = 4
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -890,8 +904,9 @@ def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
 
 
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
-    """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above), but
-    the forward of rows ``static_rows_over_lanes`` takes where static layouts are allowed."""
+    """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above) with
+    the rules' lanes of LANES_ELEMS elements (those of ``vector_lanes`` where static layouts are
+    allowed)."""
     w = _next_pow2(n)
     if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX):
         return False
@@ -904,20 +919,23 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
 
 
-def static_rows_over_lanes(n: int, elem_size: int) -> bool:
-    """Whether the forward of 16-bit rows of n elements that the lanes kernels would take runs on a
-    static row tile instead, where static layouts are allowed: rows of 4 mod 8 elements (8-byte
-    loads; the lanes kernels pad them to 128 or 256, measured above)."""
-    return elem_size == 2 and n % 8 == 4 and lanes_fit(n, elem_size, "forward")
+def vector_lanes(n: int, elem_size: int, op: str = "forward") -> bool:
+    """Whether op on rows of n elements runs on static lanes tiles of VECTOR_LANE_ELEMS elements a
+    lane where static layouts are allowed (the comment above VECTOR_LANE_ELEMS): 16-bit rows of 4
+    mod 8 elements padded to 128-512, and the backward of those of 2 mod 4 padded to 128-256."""
+    w = _next_pow2(n)
+    if elem_size != 2 or not LANES_MIN_ELEMS <= w <= LANES_MAX:
+        return False
+    return n % 8 == 4 or (op == "backward" and n % 4 == 2 and w * elem_size <= WARP_ROW_BYTES)
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
                warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
-               static: bool = False) -> RowsPlan:  # fmt: skip
+               static: bool = False, lane_elems: int = LANES_ELEMS) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
-    rows (LANES_* above); the keywords override the rules (probes). The backward reads its next
-    tile first unless prefetch is False (LANES_BWD_PREFETCH); static: the kernels compiled for
-    the row layout (``odd_static``)."""
+    rows (LANES_* above), lane_elems elements a lane; the keywords override the rules (probes).
+    The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH); static:
+    the kernels compiled for the row layout (``odd_static``, ``vector_lanes``)."""
     w = _next_pow2(n)
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
     tile_b = min(rows, b & -b)
@@ -926,7 +944,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or LANES_OCCUPANCY[op]
     grid = max(1, min(tiles, num_sms * occupancy))
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // LANES_ELEMS), static,
+                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static,
                     prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
 
 
@@ -943,7 +961,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     choice; any_length: plan rows of any length up to the longest; loads: kernels.LOADS_*, None:
     the rules' choice, gathers for ``unaligned`` rows in multi-row or 16-bit tiles (GATHER_PIECES);
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
-    overrides the rules (but ``static_rows_over_lanes`` on static layouts), False for callers whose
+    overrides the rules (or ``vector_lanes`` on static layouts), False for callers whose
     kernels have only the row-tile layout; static: whether the caller may run static layouts where
     ``static_fit`` takes them, False: runtime layouts everywhere; long: True runs the long-row
     kernels (``long_plan``, chunk: their chunk in elements) whatever the row's length, None where
@@ -966,11 +984,12 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     ):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan, compiled for the row layout
+    vector = static and vector_lanes(n, elem_size, op)
     static = static and static_fit(n, elem_size, op)
-    if lanes or (lanes is None and not overridden and lanes_fit(n, elem_size, op)
-                 and not (static and op == "forward" and static_rows_over_lanes(n, elem_size))):  # fmt: skip
+    if lanes or (lanes is None and not overridden and (vector or lanes_fit(n, elem_size, op))):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
-                          prefetch=prefetch, static=compiled)  # fmt: skip
+                          prefetch=prefetch, static=compiled or vector,
+                          lane_elems=VECTOR_LANE_ELEMS if vector else LANES_ELEMS)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)
