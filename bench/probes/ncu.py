@@ -53,6 +53,10 @@ METRICS = (
     "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
     "smsp__issue_active.avg.pct_of_peak_sustained_active",
     "smsp__inst_executed.sum",
+    "sm__cycles_active.avg",
+    "sm__cycles_elapsed.avg",
+    "lts__t_sectors_op_read.sum",
+    "lts__t_sectors_op_write.sum",
 )
 # (summary column, raw metric); missing metrics show as "".
 COLUMNS = (
