@@ -421,10 +421,10 @@ def _rows_jobs(add):
                     # (3001, 133: plan.odd_static); runtime: gathered
                     p = plan(op, 4099, 1, n, es, 132, lanes=False, static=static)
                     _rows_job(add, "unaligned", op, p, n, x, x, b_one=False)
-        for n in (100, 204):  # 4 mod 8 rows the lanes kernels would take: static row tiles (session 30)
-            p = plan("forward", 4099, 1, n, 2, 132)
-            assert p.kind == "tile" and p.static, p
-            _rows_job(add, "static over lanes", "forward", p, n, "bfloat16", "bfloat16")
+        # the forward with PREFETCH (a persistent grid of plain loads: probes)
+        p = plan("forward", 4099, 1, 4096, 2, 132, persistent=True, prefetch=True)
+        assert p.prefetch, p
+        _rows_job(add, "prefetch", "forward", p, 4096, "bfloat16", "bfloat16")
         _long_jobs(add)
         _lanes_jobs(add)
     finally:
@@ -496,31 +496,43 @@ def _lanes_jobs(add):
     """The lanes kernels (short unaligned rows), forward and backward: each element size's plans
     (W = 128 and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
     presence, the forward with and without rstd; on runtime layouts, and on the static ones of
-    odd rows (plan.odd_static: 2-D, B = 1)."""
+    odd rows (plan.odd_static: 2-D, B = 1) and of the rules' vector lanes (plan.vector_lanes: 4
+    elements a lane; 4 mod 8 rows forward and backward, 2 mod 4 rows backward; 2-D and head views)."""
     from cutile_rms.rows import launch as RL
-    from cutile_rms.rows.plan import lanes_plan, odd_static
+    from cutile_rms.rows.plan import lanes_plan, odd_static, plan
 
     rstd = arr("float32", 2, last_div=1)
+
+    def job(p, x, n, b, casting, has_weight, store):
+        name = p.op + "_lanes"
+        rows = arr(x, 3)
+        values = dict(RL.constants(p, casting, has_weight, store), x=rows, y=rows, dy=rows, dx=rows,
+                      w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
+                      dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
+        if p.static:  # 2-D rows and a fused QKV view's heads
+            values.update(_rows_arrays(x, x if has_weight else None, b == 1, ("x", "y", "dy", "dx", "w"), n=n))
+            values["dw_partial"] = static_rows(arr("float32", 2), p.widths[0]) if has_weight else values["x"]
+        add(f"rows {name} {'static ' if p.static else ''}{x} n={n} b={b} cast={casting} w={has_weight} rstd={store} "
+            f"{p}", RL._VARIANTS[name, p.static][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+
     cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
              ("bfloat16", 81, K.CAST_GEMMA, False, True), ("float32", 81, K.CAST_GEMMA, True, True),
              ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
     for x, n, casting, has_weight, store in cases:
         for b in (1, 6):
             for op in ("forward", "backward"):
-                p = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
-                rows = arr(x, 3)
-                name = op + "_lanes"
-                values = dict(RL.constants(p, casting, has_weight, store), x=rows, y=rows, dy=rows, dx=rows,
-                              w=arr(x, 1) if has_weight else rows, rstd_out=rstd, rstd_in=rstd,
-                              dw_partial=arr("float32", 2) if has_weight else rows, eps=F32, offset=F32)  # fmt: skip
-                add(f"rows {name} {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {p}",
-                    RL._VARIANTS[name, False][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
-                if odd_static(n, ELEMENT_BYTES[x], op):  # 2-D rows and a fused QKV view's heads
+                job(lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132), x, n, b, casting, has_weight, store)
+                if odd_static(n, ELEMENT_BYTES[x], op):
                     q = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=True)
-                    values.update(_rows_arrays(x, x if has_weight else None, b == 1, ("x", "y", "dy", "dx", "w"), n=n))
-                    values["dw_partial"] = static_rows(arr("float32", 2), q.widths[0]) if has_weight else values["x"]
-                    add(f"rows {name} static {x} n={n} b={b} cast={casting} w={has_weight} rstd={store} {q}",
-                        RL._VARIANTS[name, True][q.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
+                    job(q, x, n, b, casting, has_weight, store)
+    vector = (("forward", "bfloat16", 204, K.CAST_LLAMA, True), ("forward", "float16", 300, K.CAST_NONE, False),
+              ("backward", "float16", 204, K.CAST_LLAMA, True),
+              ("backward", "bfloat16", 138, K.CAST_GEMMA, True))  # fmt: skip
+    for op, x, n, casting, has_weight in vector:
+        for b in (1, 6):
+            p = plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
+            assert p.kind == "lanes" and p.static and p.lanes == p.widths[0] // 4, p
+            job(p, x, n, b, casting, has_weight, True)
 
 
 @functools.lru_cache(maxsize=4)

@@ -299,13 +299,15 @@ def test_prefetch_backward(dev, shape, what, dtype, gen):
 
 
 # The forward that loads each block's next tile before it reduces and stores this one (rows_fwd's
-# PREFETCH, a persistent grid of plain loads): grids of 3 blocks, so blocks run several tiles.
+# PREFETCH, a persistent grid of plain loads): grids of 3 blocks, so that blocks run several tiles,
+# and blocks with no tile at all (their prefetch clamped to the last tile).
 PREFETCH_FWD_CASES = [
     ((1000, 64), "the last tile overhangs A"),
     ((40, 1024), "many tiles a block"),
     ((9, 5376), "two pieces"),
     ((300, 136), "static padded rows, the last tile overhangs A"),
     ((2, 2048), "fewer tiles than blocks"),
+    ((3, 7, 136), "static short rows, two groups"),
 ]
 
 
@@ -322,9 +324,19 @@ def test_prefetch_forward(dev, shape, what, dtype, gen):
                     loads=K.LOADS_PLAIN, prefetch=True)  # fmt: skip
         tiles = -(-a // p.tile_a) * (b // p.tile_b)
         assert p.kind == "tile" and p.grid == min(3, tiles) and p.prefetch == (tiles > 3), p
-        return p
+        return dataclasses.replace(p, prefetch=True, grid=3)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
+
+
+def test_prefetch_forward_has_no_residual():
+    """The prefetching forward refuses a residual add before any launch (the fused add asks for
+    plans without it)."""
+    p = RL.plan("forward", 1 << 16, 1, 1024, 2, 132, persistent=True, prefetch=True)
+    assert p.prefetch
+    x = torch.zeros(8, 1, 1024, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="prefetch"):
+        RL.run_forward(p, x, None, torch.empty_like(x), None, EPS, 0.0, 0, None, 0, residual=x, s=torch.empty_like(x))
 
 
 @pytest.mark.parametrize("shape", [(37, 98), (5, 3, 71), (300, 149)], ids=str)
@@ -793,18 +805,23 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
 
 
 def test_vector_lanes_rule():
-    """Static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31): exactly 16-bit rows
-    of 4 mod 8 elements padded to 128-512 (forward and backward) and the backward of 2 mod 4 rows
-    padded to 128-256, at the lanes tiles' 2048 elements and blocks; on runtime layouts the rules'
-    lanes (or row tiles) as before; never fp32."""
+    """Static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31): the lengths measured
+    (bench/NOTES.md, s31a and s31c) and their classes, 16-bit rows of 4 mod 8 elements padded to
+    128-512 forward and backward and the backward of 2 mod 4 rows padded to 256, at the lanes tiles'
+    2048 elements and blocks; on runtime layouts the rules' lanes (or row tiles) as before; never
+    fp32, 8 | N rows, 2 mod 4 rows padded to 128 or 512, or the forward of 2 mod 4 rows."""
+    both = {76, 100, 116, 140, 172, 188, 196, 204, 228, 244, 252, 292, 300, 340, 380, 452, 500, 508}
+    backward_only = {138, 226, 250}
+    never = {64, 98, 126, 200, 256, 282, 296, 410, 512, 135, 511}
+    for n in both | backward_only | never:
+        for op in OPS:
+            assert vector_lanes(n, 2, op) == (n in both or (op == "backward" and n in backward_only)), (op, n)
     for n in range(60, 600):
         w = 1 << (n - 1).bit_length()
         for op, hint in (("forward", 8), ("backward", 4)):
-            want = 128 <= w <= 512 and (n % 8 == 4 or (op == "backward" and n % 4 == 2 and w <= 256))
-            assert vector_lanes(n, 2, op) == want, (op, n)
             assert not vector_lanes(n, 4, op)
             p = plan(op, 99999, 1, n, 2, SMS)
-            if want:
+            if vector_lanes(n, 2, op):
                 assert (p.kind, p.static, p.lanes, p.tile_a * w, p.warps, p.occupancy) == (
                     "lanes", True, w // 4, 2048, 4, hint), (op, n, p)  # fmt: skip
                 r = plan(op, 99999, 1, n, 2, SMS, static=False)
@@ -1060,7 +1077,7 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
     assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 4, 2)
     # 513 (bf16 and fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
-    for n, es, ops in ((63, 2, both), (257, 2, both), (510, 2, ("forward",)),
+    for n, es, ops in ((63, 2, both), (257, 2, both), (282, 2, both), (510, 2, ("forward",)),
                        (128, 2, both), (192, 2, both), (63, 4, both), (257, 4, ("forward",)),
                        (128, 4, both), (513, 2, both), (622, 2, both), (513, 4, both)):  # fmt: skip
         for op in ops:

@@ -46,8 +46,8 @@ def plan_of(c, persistent=None):
     layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
     take them: row tiles, the lanes kernels and the long forward); a long-row plan where the rules give one or it
     says "long": true (with "chunk", in elements); "lane_elems": the elements a lane of a lanes tile
-    holds (the kernels' L, plan.LANES_ELEMS by the rules; 4: one 8-byte vector a lane and row piece
-    on 16-bit static layouts, bench/NOTES.md session 30)."""
+    holds (the kernels' L; the rules' plan.LANES_ELEMS, or VECTOR_LANE_ELEMS on the rows of
+    plan.vector_lanes, session 31)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 

@@ -34,7 +34,7 @@ bytes at a time (8 where 4 divides N), which the JIT of a runtime layout, provin
 nothing, reads 2 bytes an element; knowing N, it drops the loads, stores and checks of the lanes
 past N and folds the row offsets into immediates (half the instructions of an odd row's lanes tile).
 plan.static_fit, plan.odd_static, plan.vector_lanes and plan.long_static_chunk say where
-the rules take them (bench/NOTES.md, sessions 20, 29 and 30). ``DYNAMIC[kernel]`` is the same
+the rules take them (bench/NOTES.md, sessions 20, 29, 30 and 31). ``DYNAMIC[kernel]`` is the same
 kernel with runtime layouts: what the other rows run, and the launchers' fallback once a process
 has compiled rows.launch.STATIC_LAYOUTS row layouts.
 """
@@ -323,45 +323,19 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
             ia, ib = _tile(t, tiles_b)
             na, nb = _tile(ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b)
             nx0, nx1, nx2 = _raw_row_tile(x, na, nb, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
-            _fwd_out(
-                x0,
-                x1,
-                x2,
-                _sum_sq3(x0, x1, x2, W1, W2),
-                y,
-                rstd_out,
-                w0,
-                w1,
-                w2,
-                ia,
-                ib,
-                j1,
-                j2,
-                x.shape[2],
-                eps,
-                TILE_A,
-                TILE_B,
-                W1,
-                W2,
-                CASTING,
-                HAS_WEIGHT,
-                STORE_RSTD,
-                c0,
-                c1,
-                c2,
-                CHECK_A,
-                LOADS,
-            )
+            ss = _sum_sq3(x0, x1, x2, W1, W2)
+            _fwd_out(x0, x1, x2, ss, y, rstd_out, w0, w1, w2, ia, ib, j1, j2, x.shape[2], eps, TILE_A, TILE_B, W1, W2,
+                     CASTING, HAS_WEIGHT, STORE_RSTD, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
             x0, x1, x2 = nx0, nx1, nx2
     else:
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
             ia, ib = _tile(t, tiles_b)
             if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
-                          HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
+                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
+                          CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
             else:
-                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
-                          HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
+                          CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
 
 
 @tile_function
@@ -532,7 +506,9 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
 # shuffles and 56 barriers a tile, against 16 for (16, 16, 16) here. y leaves through one
 # ct.store a loop iteration: tileiras 13.4 orders a ct.scatter (or a second store to y) after
 # the previous iteration's stores with a barrier per store instruction (bench/NOTES.md,
-# session 17).
+# session 17). With L = 4 on static layouts (plan.vector_lanes, session 31) a thread holds one
+# contiguous 4-element vector of each of its row pieces instead: a row spreads over K / 4
+# threads, its gathers compile to 8-byte loads, and its sum takes log2(K / 4) shuffles.
 
 
 @tile_function
@@ -562,7 +538,7 @@ def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL):
 @tile_function
 def _lane_sum(t):
     """(TILE_A, TILE_B, 1, 1) sums of a lanes tile's rows: over L within each lane, then over
-    the K lanes (shuffles within one warp)."""
+    the K lanes (shuffles within the threads that hold the row)."""
     return ct.sum(ct.sum(t, axis=2, keepdims=True), axis=3, keepdims=True)
 
 

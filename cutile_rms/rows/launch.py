@@ -30,7 +30,8 @@ __all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "
            "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
-                  "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
+                  "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS",
+                  "PREFETCH")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks, and

@@ -117,7 +117,7 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (13313-18431 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
   an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999).
 - session 31: 16-bit rows of 4 mod 8 elements padded to 128-512 (forward and backward) and the
-  backward of those of 2 mod 4 padded to 128-256 run static lanes tiles of 4 elements a lane, one
+  backward of those of 2 mod 4 padded to 256 run static lanes tiles of 4 elements a lane, one
   8-byte vector a thread and row piece (``vector_lanes``: 1.06-1.28x; session 30's static row
   tiles of 4 mod 8 rows went).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
@@ -126,7 +126,8 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
-  (``lanes_plan``): forward rows padded to at most 256 elements, backward to 2 KB. Even unaligned
+  (``lanes_plan``): forward rows padded to at most 256 elements (512 with ``vector_lanes``),
+  backward to 2 KB. Even unaligned
   16-bit rows past 8192 elements run the long forward (from 12 KB on static layouts where they are
   not a multiple of 8 elements: ``long_static_chunk``, a block a row); their backward is the one-pass long
   backward where two blocks an SM fit half of L2, the core kernels past that up to 16384
@@ -137,7 +138,7 @@ is reduced in the same order whatever batch it comes in (batch invariance); A se
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
-(``static_fit``, ``odd_static``, ``long_static_chunk``) plan again on runtime layouts once a process has
+(``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime layouts once a process has
 compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
 depend on what the process ran before (a bounded cache, not the batch).
 """
@@ -610,8 +611,12 @@ LANES_BWD_PREFETCH = True
 # 115.2, but forward bf16 138 131.7 -> 130.9, 226 92.9 -> 94.2, 250 88.3 -> 88.8, fp16 226 87.8 ->
 # 91.0: the forward of those keeps the runtime lanes tile. Not taken: fp32 (196 / 204 forward 132.3
 # -> 143.9 / 144.5), 16-byte aligned rows (SASS: 8-144 bytes of stack with L = 4 or 8), 2 mod 4 rows
-# padded to 512 (410: 600 bytes of stack) and odd rows (135: 392 bytes).
+# padded to 512 (410: 600 bytes of stack) and odd rows (135: 392 bytes). The bounds are the
+# measured ones: 4 mod 8 rows padded to 128, 256 and 512 (the backward's 512 at 300 only), 2 mod 4
+# rows padded to 256 (those padded to 128 not yet timed).
 VECTOR_LANE_ELEMS = 4
+VECTOR_LANES_WIDTHS = {"forward": (128, 512), "backward": (128, 512)}  # padded widths, 4 mod 8 rows
+VECTOR_LANES_2MOD4_WIDTH = 256  # the backward of 2 mod 4 rows: padded to this width only
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -654,9 +659,9 @@ class RowsPlan:
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
     by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
     and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
-    ``odd_static``, ``long_static_chunk``), else runtime layouts. prefetch (backward row tiles):
-    each block reads its next tile before it works on the current one (kernels.rows_bwd's
-    PREFETCH; the rule: PREFETCH_MAX_BLOCKS)."""
+    ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
+    block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
+    the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only)."""
 
     op: str
     tile_a: int
@@ -922,11 +927,13 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 def vector_lanes(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op on rows of n elements runs on static lanes tiles of VECTOR_LANE_ELEMS elements a
     lane where static layouts are allowed (the comment above VECTOR_LANE_ELEMS): 16-bit rows of 4
-    mod 8 elements padded to 128-512, and the backward of those of 2 mod 4 padded to 128-256."""
+    mod 8 elements padded to VECTOR_LANES_WIDTHS[op], and the backward of those of 2 mod 4 padded
+    to VECTOR_LANES_2MOD4_WIDTH."""
     w = _next_pow2(n)
-    if elem_size != 2 or not LANES_MIN_ELEMS <= w <= LANES_MAX:
+    lo, hi = VECTOR_LANES_WIDTHS[op]
+    if elem_size != 2:
         return False
-    return n % 8 == 4 or (op == "backward" and n % 4 == 2 and w * elem_size <= WARP_ROW_BYTES)
+    return (n % 8 == 4 and lo <= w <= hi) or (op == "backward" and n % 4 == 2 and w == VECTOR_LANES_2MOD4_WIDTH)
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
@@ -967,7 +974,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     kernels (``long_plan``, chunk: their chunk in elements) whatever the row's length, None where
     ``long_fit`` or the row's length says so and no other keyword overrides the rules, False
     never: callers whose kernels have only the row-tile layout; prefetch: whether the backward's
-    row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS)."""
+    row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
+    asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
+    rules never set it, and the caller picks the hint it compiles at, session 31)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
