@@ -138,8 +138,8 @@ is reduced in the same order whatever batch it comes in (batch invariance); A se
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
-(``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime layouts once a process has
-compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
+(``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
+layouts once a process has compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
 depend on what the process ran before (a bounded cache, not the batch).
 """
 
