@@ -77,11 +77,15 @@ def compile_cubin(kernel, params, arch="sm_90", **hints) -> bytes:
     return buf.getvalue()
 
 
+def resources(cubin: bytes) -> dict:
+    """Registers, stack, shared and local memory of a cubin's kernel (cuobjdump -res-usage)."""
+    return {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", cuobjdump(cubin, "-res-usage"))}
+
+
 def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
     """Compile kernel (hints: replace_hints keywords) for params; return its resource report."""
     cubin = compile_cubin(kernel, params, arch, **hints)
-    res, sass = cuobjdump(cubin, "-res-usage"), cuobjdump(cubin, "-sass")
-    out = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", res)}
+    out, sass = resources(cubin), cuobjdump(cubin, "-sass")
     ops = collections.Counter()
     for line in sass.splitlines():
         m = _MEM.search(line)
@@ -115,7 +119,7 @@ def loop_report(p, dt, m, n) -> dict:
     element) of the forward row-tile or lanes kernel of plan p on C-contiguous (m, n) rows."""
     kernel, params, hints = lanes_params(p, dt, m, n) if p.kind == "lanes" else rows_params(p, dt, m, 1, n)
     cubin = compile_cubin(kernel, params, **hints)
-    res = {k: int(v) for k, v in re.findall(r"(REG|STACK):(\d+)", cuobjdump(cubin, "-res-usage"))}
+    res = resources(cubin)
     body = innermost_loop(cuobjdump(cubin, "-sass"))
     loaded = sum(_LDG_BYTES[g.group(1)] for t in body if (g := re.search(r"\bLDG\.E(\.U16|\.64|\.128)?\b", t)))
     rows = loaded * 32 * p.warps // ES[dt] / p.widths[0]

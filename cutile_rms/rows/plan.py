@@ -615,7 +615,7 @@ LANES_BWD_PREFETCH = True
 # measured ones: 4 mod 8 rows padded to 128, 256 and 512 (the backward's 512 at 300 only), 2 mod 4
 # rows padded to 256 (those padded to 128 not yet timed).
 VECTOR_LANE_ELEMS = 4
-VECTOR_LANES_WIDTHS = {"forward": (128, 512), "backward": (128, 512)}  # padded widths, 4 mod 8 rows
+VECTOR_LANES_WIDTHS = (128, 512)  # the padded widths of 4 mod 8 rows, forward and backward
 VECTOR_LANES_2MOD4_WIDTH = 256  # the backward of 2 mod 4 rows: padded to this width only
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
@@ -927,12 +927,12 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 def vector_lanes(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op on rows of n elements runs on static lanes tiles of VECTOR_LANE_ELEMS elements a
     lane where static layouts are allowed (the comment above VECTOR_LANE_ELEMS): 16-bit rows of 4
-    mod 8 elements padded to VECTOR_LANES_WIDTHS[op], and the backward of those of 2 mod 4 padded
-    to VECTOR_LANES_2MOD4_WIDTH."""
-    w = _next_pow2(n)
-    lo, hi = VECTOR_LANES_WIDTHS[op]
+    mod 8 elements padded to VECTOR_LANES_WIDTHS, and the backward of those of 2 mod 4 padded to
+    VECTOR_LANES_2MOD4_WIDTH."""
     if elem_size != 2:
         return False
+    w = _next_pow2(n)
+    lo, hi = VECTOR_LANES_WIDTHS
     return (n % 8 == 4 and lo <= w <= hi) or (op == "backward" and n % 4 == 2 and w == VECTOR_LANES_2MOD4_WIDTH)
 
 
