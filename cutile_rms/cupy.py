@@ -19,7 +19,7 @@ import numpy as np
 
 from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
-from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
+from cutile_rms.rmsnorm.launch import casting_code, check_arguments, forward_casting, run_backward, run_forward
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import backward_by_default
 
@@ -111,8 +111,9 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         rows = _rows_plan(mode, m, n, x.itemsize, target.info)
         if rows is not None:
             r2 = None if rstd is None else rstd.reshape(m, 1)
+            code = forward_casting(casting, x, weight, y, offset)
             RL.run_forward(rows, x2.reshape(m, 1, n), _unit(xp, weight), y.reshape(m, 1, n), r2, float(eps),
-                           float(offset), casting, target.info, target.stream)  # fmt: skip
+                           float(offset), code, target.info, target.stream)  # fmt: skip
         elif m:
             run_forward(
                 x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, None if mode == "rows" else mode,

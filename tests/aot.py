@@ -110,6 +110,11 @@ def _castings(x: str):
     return [K.CAST_GEMMA] if x == "float32" else [K.CAST_LLAMA, K.CAST_GEMMA, K.CAST_NONE]
 
 
+def _row_castings(x: str):
+    """_castings and the row-tile forward's native llama (launch.forward_casting) for 16-bit x."""
+    return _castings(x) + ([] if x == "float32" else [K.CAST_LLAMA_NATIVE])
+
+
 # The kernels' memory constants (TMA_STORE, LATENCY) of a config without memory knobs set.
 NO_MEMORY_KNOBS = C.tile(1, 16, 1).memory
 
@@ -365,12 +370,13 @@ def _rows_jobs(add):
         for n in ROWS_N:
             for op in ("forward", "backward"):
                 p = plan(op, 4099, 1, n, es, 132, long=False)  # row tiles (long rows: _long_jobs)
-                if p is not None:
-                    _rows_job(add, "plan", op, p, n, x, x)
+                if p is not None:  # (the torch API's casting: native llama forward, launch.forward_casting)
+                    native = op == "forward" and x != "float32"
+                    _rows_job(add, "plan", op, p, n, x, x, K.CAST_LLAMA_NATIVE if native else K.CAST_LLAMA)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     for x in DTYPES:
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
-        for w, casting, store in pairwise(weights, _castings(x), (True, False)):
+        for w, casting, store in pairwise(weights, _row_castings(x), (True, False)):
             _rows_job(add, "flags", "forward", rep["forward"], 4096, x, w, casting, store)
         for w, casting in pairwise(weights, _castings(x)):
             _rows_job(add, "flags", "backward", rep["backward"], 4096, x, w, casting)
@@ -396,7 +402,7 @@ def _rows_jobs(add):
     for x in ("bfloat16", "float16"):
         weights = [x, "float32", None]
         at = {op: plan(op, 4099, 1, 1098, 2, 132) for op in ("forward", "backward")}
-        for w, casting, store in pairwise(weights, _castings(x), (True, False)):
+        for w, casting, store in pairwise(weights, _row_castings(x), (True, False)):
             _rows_job(add, "static flags", "forward", at["forward"], 1098, x, w, casting, store)
         for w, casting in pairwise(weights, _castings(x)):
             _rows_job(add, "static flags", "backward", at["backward"], 1098, x, w, casting)
@@ -452,8 +458,9 @@ def _long_jobs(add):
 
     cases = (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_NONE, True), ("bfloat16", K.CAST_GEMMA, False),
              ("float32", K.CAST_GEMMA, True))  # fmt: skip
+    native = (("bfloat16", K.CAST_LLAMA_NATIVE, True),)  # the torch API's forward casting (launch.forward_casting)
     for op, kernels in (("forward", ("forward_long",)), ("backward", ("dot_long", "backward_long"))):
-        for x, casting, has_weight in cases:
+        for x, casting, has_weight in cases + (native if op == "forward" else ()):
             es = ELEMENT_BYTES[x]
             job(long_plan(op, 4099, 1, 25263, es, 132), 25263, x, casting, has_weight, kernels, "unaligned")
             if op == "backward" and casting != K.CAST_NONE:  # the one-pass backward (probes), and static below
@@ -497,9 +504,10 @@ def _lanes_jobs(add):
     (W = 128 and 256 for 16-bit, 128 for fp32; 2-D and head views), each casting mode and weight
     presence, the forward with and without rstd; on runtime layouts, and on the static ones of
     odd rows (plan.odd_static: 2-D, B = 1) and of the rules' vector lanes (plan.vector_lanes: 4
-    elements a lane; 4 mod 8 rows forward and backward, 2 mod 4 rows backward; 2-D and head views)."""
+    elements a lane for 4 mod 8 rows forward and backward and 2 mod 4 rows backward, 8 for the
+    forward of 2 mod 4 rows; 2-D and head views); the native llama forward (launch.forward_casting)."""
     from cutile_rms.rows import launch as RL
-    from cutile_rms.rows.plan import lanes_plan, odd_static, plan
+    from cutile_rms.rows.plan import lanes_plan, odd_static, plan, vector_lanes
 
     rstd = arr("float32", 2, last_div=1)
 
@@ -516,6 +524,7 @@ def _lanes_jobs(add):
             f"{p}", RL._VARIANTS[name, p.static][p.hints], [values[k] for k in RL.KERNELS[name][1]])  # fmt: skip
 
     cases = (("bfloat16", 191, K.CAST_LLAMA, True, True), ("float16", 81, K.CAST_NONE, True, False),
+             ("bfloat16", 191, K.CAST_LLAMA_NATIVE, True, True),
              ("bfloat16", 81, K.CAST_GEMMA, False, True), ("float32", 81, K.CAST_GEMMA, True, True),
              ("float32", 81, K.CAST_GEMMA, False, False))  # fmt: skip
     for x, n, casting, has_weight, store in cases:
@@ -527,11 +536,13 @@ def _lanes_jobs(add):
                     job(q, x, n, b, casting, has_weight, store)
     vector = (("forward", "bfloat16", 204, K.CAST_LLAMA, True), ("forward", "float16", 300, K.CAST_NONE, False),
               ("backward", "float16", 204, K.CAST_LLAMA, True),
-              ("backward", "bfloat16", 138, K.CAST_GEMMA, True))  # fmt: skip
+              ("backward", "bfloat16", 138, K.CAST_GEMMA, True), ("forward", "bfloat16", 204, K.CAST_LLAMA_NATIVE, True),
+              ("forward", "bfloat16", 138, K.CAST_LLAMA_NATIVE, True), ("forward", "float16", 66, K.CAST_LLAMA, False),
+              ("backward", "bfloat16", 98, K.CAST_LLAMA, True))  # fmt: skip
     for op, x, n, casting, has_weight in vector:
         for b in (1, 6):
             p = plan(op, 4099, b, n, ELEMENT_BYTES[x], 132)
-            assert p.kind == "lanes" and p.static and p.lanes == p.widths[0] // 4, p
+            assert p.kind == "lanes" and p.static and p.lanes == p.widths[0] // vector_lanes(n, 2, op), p
             job(p, x, n, b, casting, has_weight, True)
 
 

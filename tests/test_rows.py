@@ -11,7 +11,8 @@ import torch
 
 from cutile_rms import interpret, rms_norm, rms_norm_backward, rms_norm_forward
 from cutile_rms._tile import python_function
-from cutile_rms.rmsnorm.launch import casting_code
+from cutile_rms.rmsnorm import kernels as CK
+from cutile_rms.rmsnorm.launch import casting_code, forward_casting
 from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
@@ -219,7 +220,8 @@ def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
     def run(device, stream):
         fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         fp = plans(device)[0] if plans else fp
-        RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, code, device, stream)
+        fcode = forward_casting(code, x, w, y, offset)  # the torch API's choice (native llama where it can)
+        RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, fcode, device, stream)
         bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         bp = plans(device)[1] if plans else bp
         if bp is not None:
@@ -512,6 +514,8 @@ def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
 
 
 REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("forward", "float16", 252),
+                  ("forward", "bfloat16", 66), ("forward", "bfloat16", 138), ("forward", "float16", 250),
+                  ("backward", "bfloat16", 98), ("backward", "float16", 126),
                   ("forward", "bfloat16", 300), ("forward", "float16", 508), ("backward", "bfloat16", 76),
                   ("backward", "float16", 204), ("backward", "bfloat16", 300), ("backward", "bfloat16", 138),
                   ("backward", "float16", 250), ("forward", "float32", 13406), ("forward", "float32", 14001),
@@ -520,8 +524,8 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
 
 @pytest.mark.parametrize("op,dtype,n", REGISTER_CASES)
 def test_static_plans_hold_their_registers(sass, op, dtype, n):
-    """The vector lanes tiles of 16-bit rows (plan.vector_lanes, session 31) and the static long
-    forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
+    """The vector lanes tiles of 16-bit rows (plan.vector_lanes, sessions 31 and 32) and the static
+    long forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
     assume it)."""
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
@@ -529,7 +533,7 @@ def test_static_plans_hold_their_registers(sass, op, dtype, n):
     if p.kind == "long":
         compiled = [(k, params, hints) for _, k, params, hints in sass.long_params(p, dt, 99999, n)]
     else:
-        assert p.kind == "lanes" and p.lanes == p.widths[0] // 4, p
+        assert p.kind == "lanes" and p.lanes == p.widths[0] // vector_lanes(n, 2, op), p
         compiled = [sass.lanes_params(p, dt, 99999, n)]
     for kernel, params, hints in compiled:
         r = sass.compile_report(kernel, params, **hints)
@@ -560,22 +564,23 @@ def test_lanes_rows(dev, shape, what, casting, dtype, has_weight, offset, static
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
-VECTOR_LANES_SHAPES = [(37, 204), (5, 3, 100), (11, 292), (300, 252), (300, 68), (9, 4, 204), (40, 138), (3, 5, 250)]
+VECTOR_LANES_SHAPES = [(37, 204), (5, 3, 100), (11, 292), (300, 252), (300, 68), (9, 4, 204), (40, 138), (3, 5, 250),
+                       (300, 66), (7, 3, 98)]  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", VECTOR_LANES_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_vector_lanes_rows(dev, shape, dtype, gen):
-    """The rules' plans of 16-bit rows of 4 mod 8 elements (forward and backward) and of 2 mod 4
-    (backward): static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31), rows
-    padded to 128-512, tiles overhanging A, head groups; y, rstd, dx and dw against float64."""
+    """The rules' plans of 16-bit rows of 4 mod 8 elements (forward and backward) and of 2 mod 4:
+    static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31; the forward of 2 mod 4
+    rows 8, session 32), rows padded to 128-512, tiles overhanging A, head groups; y, rstd, dx and
+    dw against float64."""
     n = shape[-1]
     for op in ("forward", "backward"):
         p = plan(op, 37, 1, n, 2, SMS)
         w = 1 << (n - 1).bit_length()
-        assert vector_lanes(n, 2, op) == (n % 8 == 4 or op == "backward"), (op, n)
-        assert (p.kind, p.static, p.lanes) == (("lanes", True, w // 4) if vector_lanes(n, 2, op) else
-                                               ("lanes", False, w // 16)), (op, n, p)  # fmt: skip
+        assert vector_lanes(n, 2, op) == (4 if n % 8 == 4 or op == "backward" else 8), (op, n)
+        assert (p.kind, p.static, p.lanes) == ("lanes", True, w // vector_lanes(n, 2, op)), (op, n, p)
     _check_planned(dev, shape, dtype, "llama", True, 0.0, gen, plan)
 
 
@@ -588,6 +593,48 @@ def test_vector_lanes_fp32_kernels(dev, shape, gen):
         return lanes_plan(*args, static=True, lane_elems=4)
 
     _check_planned(dev, shape, torch.float32, "gemma", True, 0.0, gen, plan_of)
+
+
+# The native llama multiply (kernels.common.CAST_LLAMA_NATIVE, session 32) on every forward kernel
+# kind the rules plan: row tiles of one and several pieces, gathered pieces, runtime and static
+# lanes, the static long forward and the persistent long forward.
+NATIVE_CASES = [(37, 1024), (9, 5120), (37, 1098), (40, 81), (300, 138), (3, 5, 204), (5, 12500), (3, 12800)]
+
+
+@pytest.mark.parametrize("shape", NATIVE_CASES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_native_llama_same_bits(dev, shape, dtype, gen):
+    """y and rstd of the native llama multiply (y = xhat * w in x's dtype) are bit for bit those of
+    llama's fp32 multiply (the product of two 16-bit values is exact in fp32), on fresh inputs with
+    NaN-poisoned outputs; forward_casting picks it only for a weight of x's dtype, y of that dtype
+    too, and offset 0."""
+    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
+    a, b = row_groups(x)
+    n = shape[-1]
+    y32 = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    assert forward_casting(CK.CAST_LLAMA, x, w, x, 0.0) == CK.CAST_LLAMA_NATIVE
+    assert forward_casting(CK.CAST_LLAMA, x, w, x, 1.0) == CK.CAST_LLAMA  # offset + w is not w
+    assert forward_casting(CK.CAST_LLAMA, x, w.float(), x, 0.0) == CK.CAST_LLAMA  # an fp32 weight
+    assert forward_casting(CK.CAST_LLAMA, x, w, y32, 0.0) == CK.CAST_LLAMA  # y of another dtype
+    assert forward_casting(CK.CAST_LLAMA, x, None, x, 0.0) == CK.CAST_LLAMA
+    assert forward_casting(CK.CAST_GEMMA, x, w, x, 0.0) == CK.CAST_GEMMA
+    outs = []
+    for code in (CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE):
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
+
+        def run(device, stream, code=code, y=y, rstd=rstd):
+            p = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True)
+            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, code, device, stream)
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    (y0, r0), (y1, r1) = outs
+    assert not y0.isnan().any() and not r0.isnan().any()
+    assert torch.equal(y0, y1) and torch.equal(r0, r1)
+    ref, _, _, _ = rms_norm_ref_grads(x, torch.zeros_like(x), w, EPS, 0.0)
+    check_all({"y": y1}, {"y": ref}, tolerances(dtype, w.dtype, "llama"), {})
 
 
 LOADS_CASES = [
@@ -805,17 +852,19 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
 
 
 def test_vector_lanes_rule():
-    """Static lanes tiles of 4 elements a lane (plan.vector_lanes, session 31): the lengths measured
-    (bench/NOTES.md, s31a and s31c) and their classes, 16-bit rows of 4 mod 8 elements padded to
-    128-512 forward and backward and the backward of 2 mod 4 rows padded to 256, at the lanes tiles'
-    2048 elements and blocks; on runtime layouts the rules' lanes (or row tiles) as before; never
-    fp32, 8 | N rows, 2 mod 4 rows padded to 128 or 512, or the forward of 2 mod 4 rows."""
+    """Static lanes tiles of few elements a lane (plan.vector_lanes): the lengths measured
+    (bench/NOTES.md, s31a, s31c, s32a, s32d) and their classes: 16-bit rows of 4 mod 8 elements
+    padded to 128-512 forward and backward, and the backward of 2 mod 4 rows padded to 128-256, on
+    4 elements a lane (session 31); the forward of 2 mod 4 rows padded to 128-256 on 8 (session
+    32); at the lanes tiles' 2048 elements and blocks; on runtime layouts the rules' lanes (or row
+    tiles) as before; never fp32, 8 | N rows, odd rows, or 2 mod 4 rows padded to 512."""
     both = {76, 100, 116, 140, 172, 188, 196, 204, 228, 244, 252, 292, 300, 340, 380, 452, 500, 508}
-    backward_only = {138, 226, 250}
-    never = {64, 98, 126, 200, 256, 282, 296, 410, 512, 135, 511}
-    for n in both | backward_only | never:
+    two_mod_4 = {66, 70, 86, 98, 110, 122, 126, 138, 154, 186, 202, 226, 242, 250}
+    never = {64, 200, 256, 282, 296, 410, 512, 135, 511}
+    for n in both | two_mod_4 | never:
         for op in OPS:
-            assert vector_lanes(n, 2, op) == (n in both or (op == "backward" and n in backward_only)), (op, n)
+            expected = 4 if n in both or (op == "backward" and n in two_mod_4) else 8 if n in two_mod_4 else 0
+            assert vector_lanes(n, 2, op) == expected, (op, n)
     for n in range(60, 600):
         w = 1 << (n - 1).bit_length()
         for op, hint in (("forward", 8), ("backward", 4)):
@@ -823,7 +872,7 @@ def test_vector_lanes_rule():
             p = plan(op, 99999, 1, n, 2, SMS)
             if vector_lanes(n, 2, op):
                 assert (p.kind, p.static, p.lanes, p.tile_a * w, p.warps, p.occupancy) == (
-                    "lanes", True, w // 4, 2048, 4, hint), (op, n, p)  # fmt: skip
+                    "lanes", True, w // vector_lanes(n, 2, op), 2048, 4, hint), (op, n, p)  # fmt: skip
                 r = plan(op, 99999, 1, n, 2, SMS, static=False)
                 assert not r.static and (r.kind != "lanes" or r.lanes == w // 16), (op, n, r)
             elif p is not None and p.kind == "lanes":

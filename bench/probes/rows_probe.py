@@ -10,7 +10,8 @@ Writes $OUT/rows.csv and prints one line per shape (best of each provider).
 
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
 occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk); one that names its loads, the lanes
-kernels or runtime layouts ("static": false) is labelled by them. A forward candidate runs on
+kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
+kernels.CAST_* code; absent: what the torch API picks, launch.forward_casting) labels it too. A forward candidate runs on
 one block per row tile and on a persistent grid, or with "persistent": null on the rules' grid.
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
@@ -56,10 +57,12 @@ def _plan(c, persistent=None):
 def forward_call(torch, c, x, w, y, rstd, persistent):
     """One forward launch of candidate c on (m, n) tensors, as a closure."""
     from cutile_rms._device import device_info
+    from cutile_rms.rmsnorm.launch import forward_casting
     from cutile_rms.rows import launch as RL
 
     m, n = x.shape
-    code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*)
+    code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*), as the torch API picks
+    code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     info = device_info(0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     p = _plan(c, persistent)
@@ -211,6 +214,7 @@ def _loads_label(c):
     unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
     lanes += f"-L{c['lane_elems']}" if c.get("lane_elems") else ""
+    lanes += f"-cast{c['casting']}" if "casting" in c else ""
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

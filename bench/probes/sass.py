@@ -184,7 +184,7 @@ def rows_params(p, dt, m, b, n, strides=None):
     rstd = array(ct.float32, (m, b))
     values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
                   eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
-    values.update(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True))
+    values.update(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True))
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
@@ -203,7 +203,7 @@ def lanes_params(p, dt, m, n):
     if p.static:
         rows, vector, partial = static(rows, n, (n, n, 1)), static(vector, n), static(partial, p.widths[0])
     rstd = array(ct.float32, (m, 1))
-    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=rows, y=rows, dy=rows,
+    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True), x=rows, y=rows, dy=rows,
                   dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd, eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
     name = p.op + "_lanes"
     return RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], {
@@ -230,7 +230,7 @@ def long_params(p, dt, m, n):
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
     width = -(-n // p.widths[0]) * p.widths[0]
     partial = array(ct.float32, (p.grid, width))
-    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA, True), x=x, dy=x, dx=x, y=x,
+    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True), x=x, dy=x, dx=x, y=x,
                   w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
                   offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("backward_long_onepass",) if p.onepass else (

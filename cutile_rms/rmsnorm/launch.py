@@ -35,6 +35,7 @@ from cutile_rms.rmsnorm.config import (
 __all__ = [
     "CASTING_MODES",
     "casting_code",
+    "forward_casting",
     "check_arguments",
     "launch_backward",
     "launch_forward",
@@ -87,6 +88,16 @@ def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
     except KeyError:
         raise ValueError(f"casting_mode must be one of {tuple(CASTING_MODES)}, got {casting_mode!r}") from None
     return K.CAST_GEMMA if is_fp32_input else code
+
+
+def forward_casting(casting: int, x, weight, y, offset: float) -> int:
+    """The casting code of a forward on the row-tile kernels: CAST_LLAMA_NATIVE (kernels.common:
+    y = xhat * w multiplied in x's dtype, the same bits) where llama casting meets a weight of
+    x's dtype, y of that dtype too, and offset 0; casting itself otherwise. Measured in
+    bench/NOTES.md, session 32."""
+    if casting != K.CAST_LLAMA or weight is None or offset != 0.0:
+        return casting
+    return K.CAST_LLAMA_NATIVE if weight.dtype == x.dtype == y.dtype else casting
 
 
 _INT32_MAX = 2**31 - 1

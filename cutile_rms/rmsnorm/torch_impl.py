@@ -12,7 +12,7 @@ import torch
 
 from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
-from cutile_rms.rmsnorm.launch import casting_code, check_arguments, run_backward, run_forward
+from cutile_rms.rmsnorm.launch import casting_code, check_arguments, forward_casting, run_backward, run_forward
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import backward_by_default, short_view_rows
 
@@ -221,6 +221,7 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if store_rstd else None
     if a * b:
+        casting = forward_casting(casting, x, weight, y, offset)
         args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), None if rstd is None else rstd.view(a, b), eps,
                 offset, casting)  # fmt: skip
         launch_on_device(x, RL.run_forward, *args)

@@ -46,9 +46,11 @@ import cuda.tile as ct
 
 from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import (
+    CAST_GEMMA,
     RESIDUAL_ADD,
     RESIDUAL_NONE,
     _normalize,
+    _weight_factor,
 )
 
 ZERO = ct.PaddingMode.ZERO
@@ -120,8 +122,9 @@ def _store(a, ia, ib, j, t, CHECK: C_BOOL, LOADS: C_INT):
 
 
 @tile_function
-def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
-    """(1, 1, W) fp32 offset + w of piece j (1 without a weight)."""
+def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT, CASTING: C_INT):
+    """(1, 1, W) offset + w of piece j as CASTING's _normalize takes it (_weight_factor; fp32 1
+    without a weight)."""
     if HAS_WEIGHT:
         if LOADS == LOADS_GATHER and CHECK:
             wt = ct.gather(w, ct.arange(W, dtype=ct.int32) + j * W, padding_value=0)
@@ -129,22 +132,24 @@ def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_
             wt = ct.load(w, (j,), (W,), padding_mode=ZERO, allow_tma=False)
         else:
             wt = ct.load(w, (j,), (W,), check_bounds=False, allow_tma=False)
-        return ct.reshape(ct.astype(wt, ct.float32) + offset, (1, 1, W))
+        return ct.reshape(_weight_factor(wt, offset, CASTING), (1, 1, W))
     else:
         return ct.full((1, 1, W), 1.0, dtype=ct.float32)
 
 
 @tile_function
-def _weights(w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT):
+def _weights(
+    w, offset, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT, CASTING: C_INT
+):
     """(1, 1, W) offset + w of each piece (an absent piece gets piece 0's, never used); with
     CHECK_N only the last piece can overhang N."""
-    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and W1 == 0, LOADS)
+    w0 = _weight(w, 0, offset, W0, HAS_WEIGHT, CHECK_N and W1 == 0, LOADS, CASTING)
     w1 = w0
     w2 = w0
     if W1 > 0:
-        w1 = _weight(w, W0 // W1, offset, W1, HAS_WEIGHT, CHECK_N and W2 == 0, LOADS)
+        w1 = _weight(w, W0 // W1, offset, W1, HAS_WEIGHT, CHECK_N and W2 == 0, LOADS, CASTING)
     if W2 > 0:
-        w2 = _weight(w, (W0 + W1) // W2, offset, W2, HAS_WEIGHT, CHECK_N, LOADS)
+        w2 = _weight(w, (W0 + W1) // W2, offset, W2, HAS_WEIGHT, CHECK_N, LOADS, CASTING)
     return w0, w1, w2
 
 
@@ -315,7 +320,7 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS, CASTING)
     if PREFETCH and RESIDUAL == RESIDUAL_NONE and LOADS != LOADS_GATHER:
         ia, ib = _tile(ct.minimum(ct.bid(0), tiles - 1), tiles_b)
         x0, x1, x2 = _raw_row_tile(x, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0, c1, c2, LOADS)
@@ -443,7 +448,7 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
     _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS, CAST_GEMMA)
     a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
     a1 = a0
     a2 = a0
@@ -527,10 +532,10 @@ def _lane_indices(ia, ib, c, TILE_A: C_INT, TILE_B: C_INT):
 
 
 @tile_function
-def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL):
-    """(1, 1, L, K) fp32 offset + w at columns c (1 without a weight; 0 + offset past N)."""
+def _lane_weight(w, c, offset, L: C_INT, K: C_INT, HAS_WEIGHT: C_BOOL, CASTING: C_INT):
+    """(1, 1, L, K) offset + w at columns c as _weight (0 + offset past N; fp32 1 without a weight)."""
     if HAS_WEIGHT:
-        return ct.astype(ct.gather(w, c, padding_value=0), ct.float32) + offset
+        return _weight_factor(ct.gather(w, c, padding_value=0), offset, CASTING)
     else:
         return ct.full((1, 1, L, K), 1.0, dtype=ct.float32)
 
@@ -557,7 +562,7 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
     L * K >= N, the lanes past N load as 0 and their stores are dropped."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     c = _lane_columns(L, K)
-    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT)
+    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT, CASTING)
     inv_n = 1.0 / x.shape[2]
     for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
         ia, ib = _tile(t, tiles_b)
@@ -605,7 +610,7 @@ def rows_bwd_lanes(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArra
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
-    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT)
+    wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT, CAST_GEMMA)
     inv_n = 1.0 / x.shape[2]
     acc = ct.zeros((TILE_A, TILE_B, L, K), dtype=ct.float32)
     if PREFETCH:
@@ -646,7 +651,7 @@ def _long_chunk(a, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
 def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
             LOADS: C_INT):  # fmt: skip
     """y of chunk j of row (ia, ib)."""
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS, CASTING)
     yt = _normalize(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), rstd, wp, CASTING, HAS_WEIGHT)
     _store(y, ia, ib, j, ct.astype(yt, y.dtype), CHECK, LOADS)
 
@@ -654,7 +659,7 @@ def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS
 @tile_function
 def _long_dot_term(x, dy, w, ia, ib, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
     """wdy * x of chunk j of row (ia, ib), element by element, fp32."""
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS, CAST_GEMMA)
     xf = ct.astype(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
     dyf = ct.astype(_long_chunk(dy, ia, ib, j, TILE_N, CHECK, LOADS), ct.float32)
     return dyf * wp * xf
@@ -769,7 +774,7 @@ def _bwd_long_chunk(x, dy, w, rstd_in, c_in, dx, dw_partial, offset, TILE_N: C_I
     the prefetch it spills 32 bytes a thread)."""
     rows = x.shape[0] * x.shape[1]
     j = ct.bid(1)
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS, CAST_GEMMA)
     acc = ct.zeros((1, 1, TILE_N), dtype=ct.float32)
     if x.dtype == ct.bfloat16:
         for t in range(ct.bid(0), rows, ct.num_blocks(0)):
@@ -811,7 +816,7 @@ def _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, j, first, offset, 
                    ROUND_XHAT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):  # fmt: skip
     """dx of chunk j of row (ia, ib), and its dy * xhat added into the block's dW partials
     (stored over them for the block's first row, ``first``)."""
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS, CAST_GEMMA)
     dyf, xhat = _long_dx(x, dy, wp, rstd, c, dx, ia, ib, j, TILE_N, CHECK, LOADS)
     if HAS_WEIGHT:
         term = ct.reshape(_dw(dyf, xhat, x.dtype, ROUND_XHAT), (1, TILE_N))

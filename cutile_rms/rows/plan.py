@@ -120,6 +120,10 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   backward of those of 2 mod 4 padded to 256 run static lanes tiles of 4 elements a lane, one
   8-byte vector a thread and row piece (``vector_lanes``: 1.06-1.28x; session 30's static row
   tiles of 4 mod 8 rows went).
+- session 32: the forward multiplies xhat by the weight in x's dtype where llama casting allows it
+  (kernels.common.CAST_LLAMA_NATIVE, the same bits; 1.04-1.10x on 16-bit rows whose tiles did not
+  grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-256 runs static lanes of 8
+  elements (1.11-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -612,11 +616,25 @@ LANES_BWD_PREFETCH = True
 # 91.0: the forward of those keeps the runtime lanes tile. Not taken: fp32 (196 / 204 forward 132.3
 # -> 143.9 / 144.5), 16-byte aligned rows (SASS: 8-144 bytes of stack with L = 4 or 8), 2 mod 4 rows
 # padded to 512 (410: 600 bytes of stack) and odd rows (135: 392 bytes). The bounds are the
-# measured ones: 4 mod 8 rows padded to 128, 256 and 512 (the backward's 512 at 300 only), 2 mod 4
-# rows padded to 256 (those padded to 128 not yet timed).
+# measured ones: 4 mod 8 rows padded to 128, 256 and 512 (the backward's 512 at 300 only; s32d: 284
+# 157.2 against the row tiles' 183.3, 508 127.3 against 129.2), 2 mod 4 rows padded to 256 (128:
+# below).
 VECTOR_LANE_ELEMS = 4
 VECTOR_LANES_WIDTHS = (128, 512)  # the padded widths of 4 mod 8 rows, forward and backward
-VECTOR_LANES_2MOD4_WIDTH = 256  # the backward of 2 mod 4 rows: padded to this width only
+# The backward of 2 mod 4 rows padded to 256 (s31c), and to 128 since session 32 (ab/s32d, the rules'
+# runtime lanes -> L = 4, us: bf16 98 162.7 -> 129.8, 126 149.2 -> 114.7).
+VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
+# The forward of 16-bit 2 mod 4 rows padded to 128 or 256 (VECTOR_2MOD4_FWD_WIDTHS) on static lanes of
+# VECTOR_2MOD4_FWD_ELEMS = 8 elements (four 4-byte loads a lane), session 32, after the native
+# llama multiply (kernels.common.CAST_LLAMA_NATIVE) had cut the rest of the loop: SASS (sm_90,
+# bench/NOTES.md), warp instructions a live element, runtime L = 16 -> static L = 8: bf16 66 1.51 ->
+# 0.77, 138 1.16 -> 0.60, 250 0.64 -> 0.40, 40-48 registers, no stack (L = 16 static: 8-32 bytes of
+# stack). H200, graph replay, about 64 Mi elements, us (ab/s32a), the rules -> L = 8: bf16 66 136.4
+# -> 103.6, 98 100.1 -> 83.7, 110 94.5 -> 79.8, 138 117.5 -> 91.8, 226 89.8 -> 75.9, 250 85.9 ->
+# 72.8; fp16 66 131.5 -> 102.8, 98 98.2 -> 84.0, 110 93.5 -> 79.4, 138 111.2 -> 91.3, 226 87.4 ->
+# 75.7, 250 83.8 -> 72.6 (1.15-1.32x). Under llama's fp32 weight multiply L = 4 had tied (s31c).
+VECTOR_2MOD4_FWD_ELEMS = 8
+VECTOR_2MOD4_FWD_WIDTHS = (128, 256)
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
@@ -924,16 +942,21 @@ def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     return LANES_PIECES_GAIN * sum(pieces(n, GATHER_PIECES[min(elem_size, 4)], GATHER_GRANULE)) > w
 
 
-def vector_lanes(n: int, elem_size: int, op: str = "forward") -> bool:
-    """Whether op on rows of n elements runs on static lanes tiles of VECTOR_LANE_ELEMS elements a
-    lane where static layouts are allowed (the comment above VECTOR_LANE_ELEMS): 16-bit rows of 4
-    mod 8 elements padded to VECTOR_LANES_WIDTHS, and the backward of those of 2 mod 4 padded to
-    VECTOR_LANES_2MOD4_WIDTH."""
+def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
+    """The elements a lane of the static lanes tiles that op on rows of n elements runs on where
+    static layouts are allowed, or 0 (the comments above VECTOR_LANE_ELEMS and
+    VECTOR_2MOD4_FWD_ELEMS): VECTOR_LANE_ELEMS for 16-bit rows of 4 mod 8 elements padded to
+    VECTOR_LANES_WIDTHS and the backward of those of 2 mod 4 padded to VECTOR_LANES_2MOD4_WIDTHS;
+    VECTOR_2MOD4_FWD_ELEMS for the forward of 2 mod 4 rows padded to VECTOR_2MOD4_FWD_WIDTHS."""
     if elem_size != 2:
-        return False
+        return 0
     w = _next_pow2(n)
     lo, hi = VECTOR_LANES_WIDTHS
-    return (n % 8 == 4 and lo <= w <= hi) or (op == "backward" and n % 4 == 2 and w == VECTOR_LANES_2MOD4_WIDTH)
+    lo2, hi2 = VECTOR_LANES_2MOD4_WIDTHS
+    if (n % 8 == 4 and lo <= w <= hi) or (op == "backward" and n % 4 == 2 and lo2 <= w <= hi2):
+        return VECTOR_LANE_ELEMS
+    lo, hi = VECTOR_2MOD4_FWD_WIDTHS
+    return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
@@ -993,12 +1016,12 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     ):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
     compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan, compiled for the row layout
-    vector = static and vector_lanes(n, elem_size, op)
+    vector = vector_lanes(n, elem_size, op) if static else 0
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and (vector or lanes_fit(n, elem_size, op))):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
-                          prefetch=prefetch, static=compiled or vector,
-                          lane_elems=VECTOR_LANE_ELEMS if vector else LANES_ELEMS)  # fmt: skip
+                          prefetch=prefetch, static=compiled or vector > 0,
+                          lane_elems=vector or LANES_ELEMS)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)

@@ -133,7 +133,7 @@ def rows_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_A: 
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS)
+    w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS, CASTING)
     inv_s = ct.full((TILE_A, TILE_B, 1), 1.0, dtype=ct.float32)
     if not DYNAMIC:
         inv_s = ct.broadcast_to(_static_inverse(scale), (TILE_A, TILE_B, 1))
@@ -209,14 +209,14 @@ def chunked_fwd_fp8(x, r, w, y, s_out, rstd_out, scale, stat, eps, offset, TILE_
         if DYNAMIC:
             amax = ct.zeros((1, 1, 1), dtype=ct.float32)
             for j in range(chunks):
-                wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN)
+                wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN, CASTING)
                 xt = _chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL)
                 amax = ct.maximum(amax, _row_amax(_value(xt, rstd, wp, CASTING, HAS_WEIGHT)))
             row_s = ct.maximum(amax / _fp8_max(FMT), MIN_SCALE)
             ct.store(stat, (ia, ib), ct.reshape(row_s, (1, 1)), allow_tma=False)
             q = 1.0 / row_s
         for j in range(chunks):
-            wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN)
+            wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, True, LOADS_PLAIN, CASTING)
             v = _value(_chunk(x, s_out, ia, ib, j, TILE_N, ADD_RESIDUAL), rstd, wp, CASTING, HAS_WEIGHT)
             if not DYNAMIC:
                 block_max = ct.maximum(block_max, _all_max(ct.abs(v)))

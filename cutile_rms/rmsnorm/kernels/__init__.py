@@ -51,6 +51,7 @@ from cutile_rms.rmsnorm.kernels.common import (  # noqa: F401
     _RELAXED,
     CAST_GEMMA,
     CAST_LLAMA,
+    CAST_LLAMA_NATIVE,
     CAST_NONE,
     RESIDUAL_ADD,
     RESIDUAL_ADD_UNSTORED,
@@ -65,6 +66,7 @@ from cutile_rms.rmsnorm.kernels.common import (  # noqa: F401
     _row_wdy_x,
     _store_tile,
     _tail_weight,
+    _weight_factor,
     _weight_row,
     _weight_row_plain,
 )

@@ -14,6 +14,21 @@ _DEVICE = ct.MemoryScope.DEVICE
 CAST_LLAMA = 0  # fp32 statistics; xhat rounded to the input dtype before the weight multiply
 CAST_GEMMA = 1  # everything in fp32, one rounding of y at the end
 CAST_NONE = 2  # fp32 mean of squares; rstd, xhat and y computed in the input dtype
+# Llama where offset + w is w itself, of x's dtype as y is (offset 0): y = xhat * w multiplied in
+# that dtype (HMUL2), the weight loaded as it is. Same bits as CAST_LLAMA: the fp32 product of two
+# 16-bit values is exact, so rounding it once to x's dtype is the correctly rounded native product
+# (launch.forward_casting picks it; bench/NOTES.md, session 32).
+CAST_LLAMA_NATIVE = 3
+
+
+@tile_function
+def _weight_factor(wt, offset, CASTING: ct.Constant[int]):
+    """The weight tile as _normalize multiplies it: fp32 offset + w, or w as loaded under
+    CAST_LLAMA_NATIVE (offset 0)."""
+    if CASTING == CAST_LLAMA_NATIVE:
+        return wt
+    else:
+        return ct.astype(wt, ct.float32) + offset
 
 
 @tile_function
@@ -41,13 +56,20 @@ def _weight_row_plain(w, j, offset, TILE_N: ct.Constant[int], HAS_WEIGHT: ct.Con
 def _normalize(xt, rstd, wp, CASTING: ct.Constant[int], HAS_WEIGHT: ct.Constant[bool]):
     """y = xhat * (offset + w) for one (TILE_M, TILE_N) tile, rounded as the casting mode says.
 
-    xt is in the input dtype, rstd is (TILE_M, 1) fp32, wp is (1, TILE_N) fp32. Returns fp32
-    for llama/gemma and the input dtype for none; the caller casts to the output dtype.
+    xt is in the input dtype, rstd is (TILE_M, 1) fp32, wp is (1, TILE_N) fp32 (or of x's dtype
+    under CAST_LLAMA_NATIVE: _weight_factor). Returns fp32 for llama/gemma and the input dtype for
+    none and native; the caller casts to the output dtype.
     """
     if CASTING == CAST_NONE:
         xhat = xt * ct.astype(rstd, xt.dtype)
         if HAS_WEIGHT:
             return xhat * ct.astype(wp, xt.dtype)
+        else:
+            return xhat
+    elif CASTING == CAST_LLAMA_NATIVE:
+        xhat = ct.astype(ct.astype(xt, ct.float32) * rstd, xt.dtype)
+        if HAS_WEIGHT:
+            return xhat * wp
         else:
             return xhat
     elif CASTING == CAST_LLAMA:
