@@ -535,8 +535,8 @@ def _lanes_jobs(add):
                     q = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=True)
                     job(q, x, n, b, casting, has_weight, store)
     vector = (("forward", "bfloat16", 204, K.CAST_LLAMA, True), ("forward", "float16", 300, K.CAST_NONE, False),
-              ("backward", "float16", 204, K.CAST_LLAMA, True),
-              ("backward", "bfloat16", 138, K.CAST_GEMMA, True), ("forward", "bfloat16", 204, K.CAST_LLAMA_NATIVE, True),
+              ("backward", "float16", 204, K.CAST_LLAMA, True), ("backward", "bfloat16", 138, K.CAST_GEMMA, True),
+              ("forward", "bfloat16", 204, K.CAST_LLAMA_NATIVE, True),
               ("forward", "bfloat16", 138, K.CAST_LLAMA_NATIVE, True), ("forward", "float16", 66, K.CAST_LLAMA, False),
               ("backward", "bfloat16", 98, K.CAST_LLAMA, True))  # fmt: skip
     for op, x, n, casting, has_weight in vector:

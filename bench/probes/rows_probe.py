@@ -11,8 +11,9 @@ Writes $OUT/rows.csv and prints one line per shape (best of each provider).
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
 occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk); one that names its loads, the lanes
 kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
-kernels.CAST_* code; absent: what the torch API picks, launch.forward_casting) labels it too. A forward candidate runs on
-one block per row tile and on a persistent grid, or with "persistent": null on the rules' grid.
+kernels.CAST_* code; absent: what the torch API picks, launch.forward_casting) labels it too.
+A forward candidate runs on one block per row tile and on a persistent grid, or with
+"persistent": null on the rules' grid.
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then

@@ -169,11 +169,18 @@ def static(c: ArrayConstraint, n: int, strides=None) -> ArrayConstraint:
     return dataclasses.replace(c, stride_constant=tuple(strides), stride_divisible_by=(1,) * c.ndim)
 
 
+def _casting(dt) -> int:
+    """The casting code the torch API gives a forward of dt with a weight of its dtype and offset
+    0 (rmsnorm.launch.forward_casting): native llama for 16-bit rows, gemma for fp32."""
+    from cutile_rms.rmsnorm import kernels as K
+
+    return K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE
+
+
 def rows_params(p, dt, m, b, n, strides=None):
     """(kernel object, constraint list, hints) of the row-tile kernel of plan p (cutile_rms.rows:
     the static-layout kernel or its runtime twin, as p.static says) for an (m, b, n) input with
     given or C-contiguous strides, training flags."""
-    from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 
     strides = strides or (b * n, n, 1)
@@ -184,7 +191,7 @@ def rows_params(p, dt, m, b, n, strides=None):
     rstd = array(ct.float32, (m, b))
     values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
                   eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
-    values.update(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True))
+    values.update(RL.constants(p, _casting(dt), True))
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
@@ -194,7 +201,6 @@ def lanes_params(p, dt, m, n):
     """(kernel object, constraint list, hints) of the lanes kernel of plan p (kind "lanes": static
     or runtime layouts, as p.static says) for C-contiguous (m, 1, n) rows of unaligned length,
     training flags."""
-    from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 
     rows = dataclasses.replace(array(dt, (m, 1, n)), stride_divisible_by=(1,) * 3, shape_divisible_by=(1,) * 3)
@@ -203,7 +209,7 @@ def lanes_params(p, dt, m, n):
     if p.static:
         rows, vector, partial = static(rows, n, (n, n, 1)), static(vector, n), static(partial, p.widths[0])
     rstd = array(ct.float32, (m, 1))
-    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True), x=rows, y=rows, dy=rows,
+    values = dict(RL.constants(p, _casting(dt), True), x=rows, y=rows, dy=rows,
                   dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd, eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
     name = p.op + "_lanes"
     return RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], {
@@ -216,7 +222,6 @@ def long_params(p, dt, m, n):
     C-contiguous (m, 1, n) rows, training flags; on runtime layouts aligned rows (16-byte
     multiples) as the JIT proves them, others with no divisibility at all; on static layouts
     (p.static) as rows_params."""
-    from cutile_rms.rmsnorm import kernels as K
     from cutile_rms.rows import launch as RL
 
     def rows_array(shape):
@@ -230,7 +235,7 @@ def long_params(p, dt, m, n):
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
     width = -(-n // p.widths[0]) * p.widths[0]
     partial = array(ct.float32, (p.grid, width))
-    values = dict(RL.constants(p, K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE, True), x=x, dy=x, dx=x, y=x,
+    values = dict(RL.constants(p, _casting(dt), True), x=x, dy=x, dx=x, y=x,
                   w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
                   offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("backward_long_onepass",) if p.onepass else (
