@@ -122,8 +122,8 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   tiles of 4 mod 8 rows went).
 - session 32: the forward multiplies xhat by the weight in x's dtype where llama casting allows it
   (kernels.common.CAST_LLAMA_NATIVE, the same bits; 1.04-1.10x on 16-bit rows whose tiles did not
-  grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-256 runs static lanes of 8
-  elements (1.11-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
+  grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
+  elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -632,9 +632,16 @@ VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
 # stack). H200, graph replay, about 64 Mi elements, us (ab/s32a), the rules -> L = 8: bf16 66 136.4
 # -> 103.6, 98 100.1 -> 83.7, 110 94.5 -> 79.8, 138 117.5 -> 91.8, 226 89.8 -> 75.9, 250 85.9 ->
 # 72.8; fp16 66 131.5 -> 102.8, 98 98.2 -> 84.0, 110 93.5 -> 79.4, 138 111.2 -> 91.3, 226 87.4 ->
-# 75.7, 250 83.8 -> 72.6 (1.15-1.32x). Under llama's fp32 weight multiply L = 4 had tied (s31c).
+# 75.7, 250 83.8 -> 72.6 (1.15-1.32x); fresh lengths (ab/s32d) bf16 70 129.6 -> 99.9, 86 108.7 ->
+# 89.7, 122 92.1 -> 76.2, 154 107.7 -> 87.3, 186 94.9 -> 82.2, 242 88.1 -> 74.3, fp16 90 101.7 -> 87.2,
+# 202 88.5 -> 79.4. Those padded to 512 (the static or runtime 16 x 512 row tiles before, 0.82-1.00
+# warp instructions an element; 4 x 512 lanes tiles 0.47-0.54, 40-48 registers, no stack at 15
+# lengths of 258-510), ab/s32f: bf16 338 96.5 -> 86.5, 414 90.0 -> 80.2, 490 82.0 -> 74.5, fp16 338 93.5
+# -> 85.9, 414 85.5 -> 79.9, 490 82.5 -> 74.5 (1.07-1.12x). Under llama's fp32 weight multiply L = 4
+# had tied (s31c). Not fp32 (ab/s32d: -1% to +5%), not odd rows padded to 512 on L = 16 (s32f: 0.98-
+# 1.04x; L = 8 there holds 200-232 bytes of stack).
 VECTOR_2MOD4_FWD_ELEMS = 8
-VECTOR_2MOD4_FWD_WIDTHS = (128, 256)
+VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
 LANES_WARPS = 4
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
