@@ -88,3 +88,24 @@ def test_module_checks_trailing_shape():
     m = RMSNorm((4, 8))
     with pytest.raises(ValueError, match="trailing shape"):
         m(torch.randn(3, 8, 4))
+
+
+@pytest.mark.parametrize("code", [3, 7, -1], ids=["native", "7", "-1"])
+def test_custom_ops_refuse_unknown_casting_codes(code):
+    """The custom ops take the public casting codes (launch.casting_code) only: CAST_LLAMA_NATIVE
+    (3) is the row-tile launchers' own choice, and would drop an offset or an fp32 weight, so a raw
+    code outside them is a ValueError before anything runs (the forward, inference, backward and
+    FP8 ops)."""
+    from cutile_rms.experimental import rms_norm_fp8  # noqa: F401 (registers the FP8 ops)
+
+    x, w = torch.randn(4, 64, dtype=torch.bfloat16), torch.ones(64, dtype=torch.bfloat16)
+    ops = torch.ops.cutile_rms
+    calls = [
+        lambda: ops.rms_norm_fwd(x, w, 1e-6, 1.0, code, None),
+        lambda: ops.rms_norm_infer(x, w, 1e-6, 0.0, code, None),
+        lambda: ops.rms_norm_bwd(x, x, w, torch.ones(4), 0.0, code),
+        lambda: ops.rms_norm_fp8(x, None, w, None, 1e-6, 0.0, code, 0, True),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="casting must be one of"):
+            call()

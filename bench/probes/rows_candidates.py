@@ -46,8 +46,8 @@ def plan_of(c, persistent=None):
     layouts unless it says "static": false ("force": static layouts where plan.static_fit would not
     take them: row tiles, the lanes kernels and the long forward); a long-row plan where the rules give one or it
     says "long": true (with "chunk", in elements); "lane_elems": the elements a lane of a lanes tile
-    holds (the kernels' L; the rules' plan.LANES_ELEMS, or VECTOR_LANE_ELEMS on the rows of
-    plan.vector_lanes, session 31)."""
+    holds (the kernels' L; the rules' plan.LANES_ELEMS, or on the rows of plan.vector_lanes the
+    elements it returns, sessions 31 and 32)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
@@ -78,7 +78,7 @@ def params(c):
 
     dt = {"bfloat16": ct.bfloat16, "float16": ct.float16, "float32": ct.float32}[c["dtype"]]
     p = plan_of(c)
-    kernel, ps, _ = rows_params(p, dt, c["m"], 1, c["n"])
+    kernel, ps, _ = rows_params(p, dt, c["m"], 1, c["n"], casting=c.get("casting"))
     return kernel, ps, p.hints
 
 

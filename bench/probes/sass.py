@@ -114,10 +114,11 @@ def innermost_loop(sass: str) -> list[str]:
     return [t for a, t in ins if lo <= a <= hi]
 
 
-def loop_report(p, dt, m, n) -> dict:
+def loop_report(p, dt, m, n, casting=None) -> dict:
     """Registers, stack and innermost loop (instructions, rows an iteration, warp instructions an
     element) of the forward row-tile or lanes kernel of plan p on C-contiguous (m, n) rows."""
-    kernel, params, hints = lanes_params(p, dt, m, n) if p.kind == "lanes" else rows_params(p, dt, m, 1, n)
+    kernel, params, hints = (lanes_params(p, dt, m, n, casting) if p.kind == "lanes" else
+                             rows_params(p, dt, m, 1, n, casting=casting))  # fmt: skip
     cubin = compile_cubin(kernel, params, **hints)
     res = resources(cubin)
     body = innermost_loop(cuobjdump(cubin, "-sass"))
@@ -141,7 +142,7 @@ def _loops(path: str) -> int:
         p = plan_of(c, c.get("persistent"))
         if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes"):
             continue
-        r = loop_report(p, dts[c["dtype"]], c["m"], c["n"])
+        r = loop_report(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
         knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
         shape = f"{p.tile_a}x{p.tile_b}x{p.widths[0]}" + (
             f" ({p.widths[0] // p.lanes} x {p.lanes} lanes)" if p.lanes else ""
@@ -177,7 +178,7 @@ def _casting(dt) -> int:
     return K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE
 
 
-def rows_params(p, dt, m, b, n, strides=None):
+def rows_params(p, dt, m, b, n, strides=None, casting=None):
     """(kernel object, constraint list, hints) of the row-tile kernel of plan p (cutile_rms.rows:
     the static-layout kernel or its runtime twin, as p.static says) for an (m, b, n) input with
     given or C-contiguous strides, training flags."""
@@ -191,13 +192,13 @@ def rows_params(p, dt, m, b, n, strides=None):
     rstd = array(ct.float32, (m, b))
     values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
                   eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
-    values.update(RL.constants(p, _casting(dt), True))
+    values.update(RL.constants(p, _casting(dt) if casting is None else casting, True))
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
 
 
-def lanes_params(p, dt, m, n):
+def lanes_params(p, dt, m, n, casting=None):
     """(kernel object, constraint list, hints) of the lanes kernel of plan p (kind "lanes": static
     or runtime layouts, as p.static says) for C-contiguous (m, 1, n) rows of unaligned length,
     training flags."""
@@ -209,14 +210,14 @@ def lanes_params(p, dt, m, n):
     if p.static:
         rows, vector, partial = static(rows, n, (n, n, 1)), static(vector, n), static(partial, p.widths[0])
     rstd = array(ct.float32, (m, 1))
-    values = dict(RL.constants(p, _casting(dt), True), x=rows, y=rows, dy=rows,
+    values = dict(RL.constants(p, _casting(dt) if casting is None else casting, True), x=rows, y=rows, dy=rows,
                   dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd, eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
     name = p.op + "_lanes"
     return RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], {
         "occupancy": p.occupancy, "num_worker_warps": p.warps}  # fmt: skip
 
 
-def long_params(p, dt, m, n):
+def long_params(p, dt, m, n, casting=None):
     """[(kernel name, kernel object, constraint list, hints)] of the long-row kernels of plan p
     (kind "long": the forward, or the backward's row dot and chunks, or its one-pass kernel) for
     C-contiguous (m, 1, n) rows, training flags; on runtime layouts aligned rows (16-byte
@@ -235,7 +236,7 @@ def long_params(p, dt, m, n):
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
     width = -(-n // p.widths[0]) * p.widths[0]
     partial = array(ct.float32, (p.grid, width))
-    values = dict(RL.constants(p, _casting(dt), True), x=x, dy=x, dx=x, y=x,
+    values = dict(RL.constants(p, _casting(dt) if casting is None else casting, True), x=x, dy=x, dx=x, y=x,
                   w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
                   offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("backward_long_onepass",) if p.onepass else (

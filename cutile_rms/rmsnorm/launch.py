@@ -35,7 +35,9 @@ from cutile_rms.rmsnorm.config import (
 __all__ = [
     "CASTING_MODES",
     "casting_code",
+    "check_casting",
     "forward_casting",
+    "native_fits",
     "check_arguments",
     "launch_backward",
     "launch_forward",
@@ -90,14 +92,28 @@ def casting_code(casting_mode: str, is_fp32_input: bool) -> int:
     return K.CAST_GEMMA if is_fp32_input else code
 
 
+def check_casting(casting) -> None:
+    """ValueError unless casting is one of the public codes (CASTING_MODES: what casting_code
+    returns and the custom ops take); CAST_LLAMA_NATIVE is the launchers' own choice
+    (forward_casting), never a caller's."""
+    if casting not in CASTING_MODES.values():
+        raise ValueError(
+            f"casting must be one of the codes {sorted(CASTING_MODES.values())} (casting_code), got {casting!r}"
+        )
+
+
+def native_fits(x, weight, y, offset: float) -> bool:
+    """Whether CAST_LLAMA_NATIVE computes llama's y for these arrays: a weight of x's dtype, y of
+    that dtype too, and offset 0."""
+    return weight is not None and offset == 0.0 and weight.dtype == x.dtype == y.dtype
+
+
 def forward_casting(casting: int, x, weight, y, offset: float) -> int:
     """The casting code of a forward on the row-tile kernels: CAST_LLAMA_NATIVE (kernels.common:
-    y = xhat * w multiplied in x's dtype, the same bits) where llama casting meets a weight of
-    x's dtype, y of that dtype too, and offset 0; casting itself otherwise. Measured in
-    bench/NOTES.md, session 32."""
-    if casting != K.CAST_LLAMA or weight is None or offset != 0.0:
-        return casting
-    return K.CAST_LLAMA_NATIVE if weight.dtype == x.dtype == y.dtype else casting
+    y = xhat * w multiplied in x's dtype, the same bits but for the sign of a zero y where a
+    weight element is -0.0) where llama casting meets ``native_fits``; casting itself otherwise.
+    Measured in bench/NOTES.md, session 32."""
+    return K.CAST_LLAMA_NATIVE if casting == K.CAST_LLAMA and native_fits(x, weight, y, offset) else casting
 
 
 _INT32_MAX = 2**31 - 1

@@ -12,7 +12,14 @@ import torch
 
 from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
-from cutile_rms.rmsnorm.launch import casting_code, check_arguments, forward_casting, run_backward, run_forward
+from cutile_rms.rmsnorm.launch import (
+    casting_code,
+    check_arguments,
+    check_casting,
+    forward_casting,
+    run_backward,
+    run_forward,
+)
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import backward_by_default, short_view_rows
 
@@ -260,6 +267,7 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     fp32 with shape x.shape[:-1], or None when ``store_rstd`` is False. mode None or "rows" runs
     the row-tile forward where its rules plan the row (cutile_rms.rows.plan), the core plan
     elsewhere; "persistent" and "gather" force a core kernel."""
+    check_casting(casting)
     if mode is None or mode == "rows":
         done = _rows_forward(x, weight, eps, offset, casting, store_rstd)
         if done is not None:
@@ -285,6 +293,7 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     core kernels would copy: plan.short_view_rows; in place too, so that dx and dw
     have the out-of-place bits: each row tile reads its dy before it writes dx there, as the core
     tile kernels do), "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
+    check_casting(casting)
     n, es = x.shape[-1], x.element_size()
     default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
     if mode == "rows" or default:

@@ -23,7 +23,9 @@ the tiles wholly inside A) and CHECK_N (the pieces cover more than N: only the l
 overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped. Rows
 longer than one block holds (plan.long_plan) run on the long-row kernels at the end.
 
-Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels).
+Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels);
+the forwards here also take CAST_LLAMA_NATIVE (their weight loaded raw, ``_weight_factor``), which
+only the row-tile launchers pass (launch.forward_casting, session 32).
 
 Static row layouts: rows_fwd, rows_bwd, rows_fwd_long, rows_bwd_long_onepass and the lanes kernels
 (``row_kernel``) take their rows as ``RowArray`` (N and the three strides compile-time constants,
@@ -513,7 +515,8 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
 # the previous iteration's stores with a barrier per store instruction (bench/NOTES.md,
 # session 17). With L = 4 on static layouts (plan.vector_lanes, session 31) a thread holds one
 # contiguous 4-element vector of each of its row pieces instead: a row spreads over K / 4
-# threads, its gathers compile to 8-byte loads, and its sum takes log2(K / 4) shuffles.
+# threads, its gathers compile to 8-byte loads, and its sum takes log2(K / 4) shuffles; with L = 8
+# (2 mod 4 rows forward, session 32) a thread holds 8 elements, gathered 4 bytes at a time.
 
 
 @tile_function

@@ -21,7 +21,7 @@ from cutile_rms import interpret
 from cutile_rms._launch import launch
 from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
-from cutile_rms.rmsnorm.launch import HintVariants
+from cutile_rms.rmsnorm.launch import HintVariants, native_fits
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
@@ -127,6 +127,8 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     has_weight = weight is not None
     if residual is not None and (p.kind != "tile" or p.prefetch):
         raise ValueError(f"the {p.kind} forward{' with prefetch' if p.prefetch else ''} has no residual add")
+    if casting == CK.CAST_LLAMA_NATIVE and (residual is not None or not native_fits(x, weight, y, offset)):
+        raise ValueError("CAST_LLAMA_NATIVE needs a weight of x's dtype, y of that dtype, offset 0 and no residual")
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = constants(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,

@@ -121,7 +121,7 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   8-byte vector a thread and row piece (``vector_lanes``: 1.06-1.28x; session 30's static row
   tiles of 4 mod 8 rows went).
 - session 32: the forward multiplies xhat by the weight in x's dtype where llama casting allows it
-  (kernels.common.CAST_LLAMA_NATIVE, the same bits; 1.04-1.10x on 16-bit rows whose tiles did not
+  (kernels.common.CAST_LLAMA_NATIVE, the same bits but for zero signs; 1.04-1.10x on 16-bit rows whose tiles did not
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
@@ -613,9 +613,9 @@ LANES_BWD_PREFETCH = True
 # 146.3 -> 136.6, 204 142.3 -> 134.4, 252 138.6 -> 123.3, 300 164.9 -> 148.1 (1.06-1.28x); and 2 mod
 # 4 rows (4-byte loads), backward bf16 138 190.6 -> 168.1, 250 140.1 -> 115.7, fp16 250 137.8 ->
 # 115.2, but forward bf16 138 131.7 -> 130.9, 226 92.9 -> 94.2, 250 88.3 -> 88.8, fp16 226 87.8 ->
-# 91.0: the forward of those keeps the runtime lanes tile. Not taken: fp32 (196 / 204 forward 132.3
-# -> 143.9 / 144.5), 16-byte aligned rows (SASS: 8-144 bytes of stack with L = 4 or 8), 2 mod 4 rows
-# padded to 512 (410: 600 bytes of stack) and odd rows (135: 392 bytes). The bounds are the
+# 91.0: the forward of those took L = 8 in session 32 (below). Not taken: fp32 (196 / 204 forward
+# 132.3 -> 143.9 / 144.5), 16-byte aligned rows (SASS: 8-144 bytes of stack with L = 4 or 8), 2 mod 4
+# rows padded to 512 on L = 4 (410: 600 bytes of stack) and odd rows (135: 392 bytes). The bounds are the
 # measured ones: 4 mod 8 rows padded to 128, 256 and 512 (the backward's 512 at 300 only; s32d: 284
 # 157.2 against the row tiles' 183.3, 508 127.3 against 129.2), 2 mod 4 rows padded to 256 (128:
 # below).
@@ -624,7 +624,7 @@ VECTOR_LANES_WIDTHS = (128, 512)  # the padded widths of 4 mod 8 rows, forward a
 # The backward of 2 mod 4 rows padded to 256 (s31c), and to 128 since session 32 (ab/s32d, the rules'
 # runtime lanes -> L = 4, us: bf16 98 162.7 -> 129.8, 126 149.2 -> 114.7).
 VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
-# The forward of 16-bit 2 mod 4 rows padded to 128 or 256 (VECTOR_2MOD4_FWD_WIDTHS) on static lanes of
+# The forward of 16-bit 2 mod 4 rows padded to 128-512 (VECTOR_2MOD4_FWD_WIDTHS) on static lanes of
 # VECTOR_2MOD4_FWD_ELEMS = 8 elements (four 4-byte loads a lane), session 32, after the native
 # llama multiply (kernels.common.CAST_LLAMA_NATIVE) had cut the rest of the loop: SASS (sm_90,
 # bench/NOTES.md), warp instructions a live element, runtime L = 16 -> static L = 8: bf16 66 1.51 ->
@@ -637,9 +637,12 @@ VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
 # 202 88.5 -> 79.4. Those padded to 512 (the static or runtime 16 x 512 row tiles before, 0.82-1.00
 # warp instructions an element; 4 x 512 lanes tiles 0.47-0.54, 40-48 registers, no stack at 15
 # lengths of 258-510), ab/s32f: bf16 338 96.5 -> 86.5, 414 90.0 -> 80.2, 490 82.0 -> 74.5, fp16 338 93.5
-# -> 85.9, 414 85.5 -> 79.9, 490 82.5 -> 74.5 (1.07-1.12x). Under llama's fp32 weight multiply L = 4
-# had tied (s31c). Not fp32 (ab/s32d: -1% to +5%), not odd rows padded to 512 on L = 16 (s32f: 0.98-
-# 1.04x; L = 8 there holds 200-232 bytes of stack).
+# -> 85.9, 414 85.5 -> 79.9, 490 82.5 -> 74.5 (1.07-1.12x). Every timing ran the native multiply (the
+# torch API's llama with a weight of x's dtype and offset 0); the other castings (an fp32 weight, an
+# offset, gemma, none) take the same tiles unmeasured: their SASS holds no stack either (the
+# register test compiles llama), and under llama's fp32 multiply L = 4 had tied (s31c). Not fp32
+# (ab/s32d: -1% to +5%), not odd rows padded to 512 on L = 16 (s32f: 0.98-1.04x; L = 8 there holds
+# 200-232 bytes of stack).
 VECTOR_2MOD4_FWD_ELEMS = 8
 VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
 LANES_WARPS = 4

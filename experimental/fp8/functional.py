@@ -11,7 +11,7 @@ import torch
 
 from cutile_rms.experimental.fp8 import kernels as K
 from cutile_rms.experimental.fp8 import launch as FL
-from cutile_rms.rmsnorm.launch import casting_code
+from cutile_rms.rmsnorm.launch import casting_code, check_casting
 from cutile_rms.rmsnorm.torch_impl import (
     _target,
     check_device,
@@ -153,6 +153,7 @@ def fp8_forward(x, residual, weight, scale, eps: float, offset: float, casting: 
     """(y, stat, rstd, residual_out): the allocating implementation. stat: the per-row scales
     (dynamic) or the 1-element fp32 amax (static); rstd an empty (0,) tensor when not stored,
     residual_out when there is no residual."""
+    check_casting(casting)
     n = x.shape[-1]
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, n), 1)
@@ -175,6 +176,7 @@ def fp8_forward(x, residual, weight, scale, eps: float, offset: float, casting: 
 
 def fp8_forward_t(x, weight, scale, eps: float, offset: float, casting: int, fmt: int, store_rstd: bool):
     """(y, y_t, amax, rstd) for a 2-D x and a static scale, one kernel (tiled_fwd_fp8_t)."""
+    check_casting(casting)
     m, n = x.shape
     y = torch.empty((m, n), dtype=_DTYPE_OF[fmt], device=x.device)
     y_t = torch.empty((n, m), dtype=_DTYPE_OF[fmt], device=x.device)

@@ -12,8 +12,10 @@ Notation follows the math (Triton's layer-norm tutorial):
     dw   = sum over rows of dy * xhat
 
 All arithmetic is fp32 except where a casting mode asks for rounding to the input dtype
-(forward only; see ``_normalize``). This module imports nothing but cuda.tile: it is free of
-any array framework, and tileiras can compile it ahead of time on a machine without a GPU.
+(forward only; see ``_normalize``; CAST_LLAMA_NATIVE, which only the row-tile forwards are
+given, multiplies xhat by the weight in that dtype, the same bits). This module imports nothing
+but cuda.tile: it is free of any array framework, and tileiras can compile it ahead of time on a
+machine without a GPU.
 
 Tiles are loaded with zero padding wherever padded lanes feed a reduction: padded columns add
 0 to the sum of squares, padded rows have x = 0 (and, in the backward, rstd = 0 and dy = 0), so

@@ -16,8 +16,10 @@ CAST_GEMMA = 1  # everything in fp32, one rounding of y at the end
 CAST_NONE = 2  # fp32 mean of squares; rstd, xhat and y computed in the input dtype
 # Llama where offset + w is w itself, of x's dtype as y is (offset 0): y = xhat * w multiplied in
 # that dtype (HMUL2), the weight loaded as it is. Same bits as CAST_LLAMA: the fp32 product of two
-# 16-bit values is exact, so rounding it once to x's dtype is the correctly rounded native product
-# (launch.forward_casting picks it; bench/NOTES.md, session 32).
+# 16-bit values is exact, so rounding it once to x's dtype is the correctly rounded native product;
+# the one difference is the sign of a zero y where a weight element is -0.0 (llama multiplies by
+# -0.0 + 0.0 = +0.0). The row-tile launchers pick it (launch.forward_casting; bench/NOTES.md,
+# session 32); callers pass the public codes only (launch.check_casting).
 CAST_LLAMA_NATIVE = 3
 
 
@@ -66,18 +68,14 @@ def _normalize(xt, rstd, wp, CASTING: ct.Constant[int], HAS_WEIGHT: ct.Constant[
             return xhat * ct.astype(wp, xt.dtype)
         else:
             return xhat
-    elif CASTING == CAST_LLAMA_NATIVE:
+    elif CASTING == CAST_LLAMA or CASTING == CAST_LLAMA_NATIVE:  # noqa: SIM109 (tile code: no tuple tests)
         xhat = ct.astype(ct.astype(xt, ct.float32) * rstd, xt.dtype)
-        if HAS_WEIGHT:
+        if not HAS_WEIGHT:
+            return xhat
+        elif CASTING == CAST_LLAMA_NATIVE:  # wp of x's dtype (_weight_factor): one multiply in that dtype
             return xhat * wp
         else:
-            return xhat
-    elif CASTING == CAST_LLAMA:
-        xhat = ct.astype(ct.astype(xt, ct.float32) * rstd, xt.dtype)
-        if HAS_WEIGHT:
             return ct.astype(xhat, ct.float32) * wp
-        else:
-            return xhat
     else:
         xhat = ct.astype(xt, ct.float32) * rstd
         if HAS_WEIGHT:
