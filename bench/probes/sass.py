@@ -170,11 +170,13 @@ def static(c: ArrayConstraint, n: int, strides=None) -> ArrayConstraint:
     return dataclasses.replace(c, stride_constant=tuple(strides), stride_divisible_by=(1,) * c.ndim)
 
 
-def _casting(dt) -> int:
-    """The casting code the torch API gives a forward of dt with a weight of its dtype and offset
-    0 (rmsnorm.launch.forward_casting): native llama for 16-bit rows, gemma for fp32."""
+def _casting(dt, casting=None) -> int:
+    """casting, or (None) the code the torch API gives a forward of dt with a weight of its dtype
+    and offset 0 (rmsnorm.launch.forward_casting): native llama for 16-bit rows, gemma for fp32."""
     from cutile_rms.rmsnorm import kernels as K
 
+    if casting is not None:
+        return casting
     return K.CAST_GEMMA if dt == ct.float32 else K.CAST_LLAMA_NATIVE
 
 
@@ -192,7 +194,7 @@ def rows_params(p, dt, m, b, n, strides=None, casting=None):
     rstd = array(ct.float32, (m, b))
     values = dict(x=rows, r=rows, s_out=rows, y=rows, dy=rows, dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd,
                   eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
-    values.update(RL.constants(p, _casting(dt) if casting is None else casting, True))
+    values.update(RL.constants(p, _casting(dt, casting), True))
     _, names = RL.KERNELS[p.op]
     kernel = RL._VARIANTS[p.op, p.static].kernel
     return kernel, [values[k] for k in names], {"occupancy": p.occupancy, "num_worker_warps": p.warps}
@@ -210,7 +212,7 @@ def lanes_params(p, dt, m, n, casting=None):
     if p.static:
         rows, vector, partial = static(rows, n, (n, n, 1)), static(vector, n), static(partial, p.widths[0])
     rstd = array(ct.float32, (m, 1))
-    values = dict(RL.constants(p, _casting(dt) if casting is None else casting, True), x=rows, y=rows, dy=rows,
+    values = dict(RL.constants(p, _casting(dt, casting), True), x=rows, y=rows, dy=rows,
                   dx=rows, w=vector, rstd_out=rstd, rstd_in=rstd, eps=F32, offset=F32, dw_partial=partial)  # fmt: skip
     name = p.op + "_lanes"
     return RL._VARIANTS[name, p.static].kernel, [values[k] for k in RL.KERNELS[name][1]], {
@@ -236,7 +238,7 @@ def long_params(p, dt, m, n, casting=None):
     x, rstd = rows_array((m, 1, n)), array(ct.float32, (m, 1))
     width = -(-n // p.widths[0]) * p.widths[0]
     partial = array(ct.float32, (p.grid, width))
-    values = dict(RL.constants(p, _casting(dt) if casting is None else casting, True), x=x, dy=x, dx=x, y=x,
+    values = dict(RL.constants(p, _casting(dt, casting), True), x=x, dy=x, dx=x, y=x,
                   w=rows_array((n,)), rstd_out=rstd, rstd_in=rstd, c_out=rstd, c_in=rstd, chunks=I32, eps=F32,
                   offset=F32, dw_partial=static(partial, width) if p.static else partial)  # fmt: skip
     names = ("forward_long",) if p.op == "forward" else ("backward_long_onepass",) if p.onepass else (

@@ -35,12 +35,12 @@ from cutile_rms.rmsnorm.config import (
 __all__ = [
     "CASTING_MODES",
     "casting_code",
+    "check_arguments",
     "check_casting",
     "forward_casting",
-    "native_fits",
-    "check_arguments",
     "launch_backward",
     "launch_forward",
+    "native_fits",
     "run_backward",
     "run_forward",
 ]
