@@ -247,6 +247,7 @@ for _name, _op in (
     ("rshift", np.right_shift),
 ):  # fmt: skip (rshift: arithmetic on signed)
     setattr(Tile, f"__{_name}__", _binary_method(_op))
+    setattr(Tile, f"__r{_name}__", _binary_method(_op, reverse=True))
 
 
 def _truediv(x, y):
@@ -286,6 +287,16 @@ class Array(_Shaped):
 
     def __repr__(self):
         return f"Array({self.dtype}, {self.shape})"
+
+    def slice(self, axis, start, stop):
+        """The view of [start, stop) along axis (ct.Array.slice; its bounds checked)."""
+        axis = int(axis) % self.ndim
+        start, stop = int(start), int(stop)
+        if not (0 <= start < self.shape[axis] and start <= stop <= self.shape[axis]):
+            raise InterpreterError(f"Array.slice: [{start}, {stop}) is out of axis {axis}'s {self.shape[axis]}")
+        region = [slice(None)] * self.ndim
+        region[axis] = slice(start, stop)
+        return Array(self._a[tuple(region)])
 
 
 def _to_numpy(obj) -> np.ndarray:
@@ -480,6 +491,13 @@ atomic_xchg = _atomic("atomic_xchg", lambda old, u: u)
 atomic_max = _atomic("atomic_max", np.maximum)
 
 
+def assume_divisible_by(x, divisor):
+    """ct.assume_divisible_by: x, once the claim is checked (the compiler takes it on trust)."""
+    if int(x) % int(divisor):
+        raise InterpreterError(f"ct.assume_divisible_by: {int(x)} is not divisible by {divisor}")
+    return x
+
+
 def bitcast(x, dtype):
     a = x._a.view(_np_dtype(dtype))
     if a.shape != x._a.shape:
@@ -633,6 +651,7 @@ _EMULATED = {
     "permute": permute, "transpose": transpose,
     "full": full, "zeros": zeros, "ones": ones, "arange": arange,
     "atomic_add": atomic_add, "atomic_xchg": atomic_xchg, "atomic_max": atomic_max, "bitcast": bitcast,
+    "assume_divisible_by": assume_divisible_by,
 }  # fmt: skip
 # Names that are values, not operations: the real objects serve.
 _PASSED_THROUGH = frozenset(("PaddingMode", "MemoryOrder", "MemoryScope", "Constant", "ConstantAnnotation", "DType",
