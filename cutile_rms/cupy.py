@@ -108,12 +108,13 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         m = x2.shape[0]
         y = xp.empty((m, n), dtype=x.dtype)
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
-        rows = _rows_plan(mode, m, n, x.itemsize, target.info)
+        rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous)
         if rows is not None:
             r2 = None if rstd is None else rstd.reshape(m, 1)
             code = forward_casting(casting, x, weight, y, offset)
             RL.run_forward(rows, x2.reshape(m, 1, n), _unit(xp, weight), y.reshape(m, 1, n), r2, float(eps),
-                           float(offset), code, target.info, target.stream)  # fmt: skip
+                           float(offset), code, target.info, target.stream,
+                           empty=lambda shape: xp.empty(shape, dtype=weight.dtype))  # fmt: skip
         elif m:
             run_forward(
                 x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, None if mode == "rows" else mode,
@@ -123,12 +124,12 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
 
 
-def _rows_plan(mode, m, n, itemsize, info):
+def _rows_plan(mode, m, n, itemsize, info, contiguous):
     """The row-tile forward's plan for m rows of n (mode None or "rows", as in the torch API),
-    or None: the core plan runs."""
+    or None: the core plan runs; contiguous rows may take the flat rows kernel (plan.flat_fit)."""
     if m == 0 or mode not in (None, "rows"):
         return None
-    return RL.plan("forward", m, 1, n, itemsize, info.num_sms)
+    return RL.plan("forward", m, 1, n, itemsize, info.num_sms, flat=None if contiguous else False)
 
 
 def _int64(xp):

@@ -433,6 +433,7 @@ def _rows_jobs(add):
         _rows_job(add, "prefetch", "forward", p, 4096, "bfloat16", "bfloat16")
         _long_jobs(add)
         _lanes_jobs(add)
+        _flat_jobs(add)
     finally:
         _ALIGNED[0] = True
 
@@ -497,6 +498,41 @@ def _long_jobs(add):
                         job(p, 25262, x, casting, has_weight, kernels, "static")
             finally:
                 _ALIGNED[0] = aligned
+
+
+def _flat_jobs(add):
+    """The flat rows forward (plan.flat_plan: unaligned rows contiguous end to end, one flat array
+    of a 16-byte aligned base and any length) with and without rstd, each casting mode and weight
+    presence, each element size's plan; and the kernel that writes its shifted weights (a weight
+    of any length, the copies' rows 16-byte aligned)."""
+    from cutile_rms.rows import launch as RL
+    from cutile_rms.rows.plan import flat_plan
+
+    aligned, _ALIGNED[0] = _ALIGNED[0], True
+    try:
+        for x, casting, has_weight, store in (("bfloat16", K.CAST_LLAMA, True, True),
+                                              ("bfloat16", K.CAST_LLAMA_NATIVE, True, False),
+                                              ("float16", K.CAST_NONE, True, True),
+                                              ("bfloat16", K.CAST_GEMMA, False, True),
+                                              ("float32", K.CAST_GEMMA, True, True)):  # fmt: skip
+            p = flat_plan("forward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)
+            flat, shifted = arr(x, 1, last_div=1), arr(x, 2)
+            _ALIGNED[0] = False
+            weight = arr(x, 1)  # a weight of any length
+            _ALIGNED[0] = True
+            values = dict(RL.constants(p, casting, has_weight, store), x=flat, y=flat, eps=F32, offset=F32, n=I32,
+                          rstd_out=mvec() if store else flat, w=weight if has_weight else flat,
+                          w_shift=shifted if has_weight else arr(x, 2, last_div=1))  # fmt: skip
+            for n in (0, 25263):  # the row length at run time, and compiled in (p.static)
+                add(f"rows forward_flat {x} N={n} cast={casting} w={has_weight} rstd={store} {p}",
+                    RL._VARIANTS["forward_flat", False][p.hints],
+                    [dict(values, N=n)[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
+            if has_weight:
+                values = dict(w=weight, w_shift=shifted, TILE_N=p.widths[0])
+                add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],
+                    [values[k] for k in RL.KERNELS["weight_shift"][1]])  # fmt: skip
+    finally:
+        _ALIGNED[0] = aligned
 
 
 def _lanes_jobs(add):

@@ -23,6 +23,8 @@ from cutile_rms.rows.plan import (
     MAX_ROW_ELEMS,
     OPS,
     backward_by_default,
+    flat_fit,
+    flat_plan,
     lanes_fit,
     lanes_plan,
     long_fit,
@@ -53,6 +55,8 @@ def test_signatures_are_the_kernels():
         K.rows_bwd_long_onepass,
         K.rows_fwd_lanes,
         K.rows_bwd_lanes,
+        K.rows_fwd_flat,
+        K.rows_weight_shift,
     } == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(python_function(kernel)).parameters) == params
@@ -221,7 +225,9 @@ def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
         fp = RL.plan("forward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         fp = plans(device)[0] if plans else fp
         fcode = forward_casting(code, x, w, y, offset)  # the torch API's choice (native llama where it can)
-        RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, fcode, device, stream)
+        shifted = lambda shape: torch.full(shape, float("nan"), dtype=w.dtype, device=dev)  # noqa: E731
+        RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, fcode, device, stream,
+                       empty=shifted)  # fmt: skip
         bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         bp = plans(device)[1] if plans else bp
         if bp is not None:
@@ -390,6 +396,102 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
+# The flat rows forward (plan kind "flat": rows contiguous end to end, read as one flat array, each
+# row's 16-byte aligned interior in chunks, its head and tail element by element): rows of each
+# alignment class, 2-D and 3-D, several chunks a row and a last one past the interior, more rows
+# than blocks (rows of every residue r N mod 8 in one block).
+FLAT_CASES = [
+    ((37, 8197), 1024, "odd, 37 rows on 3 blocks"),
+    ((2, 5, 6146), 1024, "3-D, 2 mod 4"),
+    ((9, 4100), None, "4 mod 8, the rules' chunk"),
+    ((11, 2001), 512, "odd, short"),
+]
+
+
+@pytest.mark.parametrize("shape,chunk,what", FLAT_CASES, ids=[c[2] for c in FLAT_CASES])
+@pytest.mark.parametrize("dtype,casting", DTYPE_CASTINGS, ids=[f"{d}-{c}" for d, c in DTYPE_CASTINGS])
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+@pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
+def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, static, gen):
+    """y and rstd of the flat rows forward (its shifted weights NaN-poisoned before
+    rows_weight_shift writes them), the row length compiled in or at run time, with the backward
+    the rules give the rows, against float64."""
+
+    def plan_of(op, a, b, n, es, sms):
+        if op == "backward":
+            return plan(op, a, b, n, es, sms, any_length=True)
+        p = flat_plan(op, a, b, n, es, sms, chunk=chunk, static=static)
+        whole = (n - 2 * (p.lanes - 1)) // p.widths[0]  # chunks every row's interior holds
+        assert (p.kind, p.lanes, p.static) == ("flat", 16 // es, static and whole >= 2)
+        return dataclasses.replace(p, grid=3)
+
+    _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
+
+
+def test_flat_rule():
+    """The flat forward takes unaligned 16-bit rows of FLAT_MIN_BYTES or more where the caller
+    allows it (flat=None: rows contiguous end to end), a block a row, 8 KB chunks at 4 blocks an SM
+    up to 5 of them, 16 KB at 2 past that, the row length compiled in where two whole chunks fit a
+    row's interior; never the backward, fp32, aligned rows, the rows of a multiple of 4 elements
+    that the static long forward runs a block a row, or a caller that did not allow it."""
+    for n, chunk, blocks, static in ((8197, 4096, 4, False), (10002, 4096, 4, True), (18630, 4096, 4, True),
+                                     (20479, 4096, 4, True), (20483, 8192, 2, True), (57085, 8192, 2, True),
+                                     (53908, 8192, 2, True), (200001, 8192, 2, True)):  # fmt: skip
+        assert flat_fit(n, 2, SMS)
+        p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
+        want = ("flat", chunk, blocks, 1176, static, 8)
+        assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
+        assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
+        for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
+            assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
+    for n, es in ((29180, 2), (17284, 2), (8192 + 8, 2), (8191 - 1000, 2), (20001, 4), (4099, 4)):
+        p = plan("forward", 99, 1, n, es, SMS, flat=None)
+        assert not flat_fit(n, es, SMS) and (p is None or p.kind != "flat"), (n, es)
+    assert plan("forward", 99, 1, 8197, 2, SMS, flat=None, tile_rows=1).kind == "tile"  # overridden
+    assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
+    with pytest.raises(ValueError, match="forward"):
+        flat_plan("backward", 9, 1, 8197, 2, SMS)
+
+
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 8197), (torch.float32, 4102)], ids=str)
+def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
+    """Inputs past rows.launch.FLAT_MAX_ELEMS elements run in parts of a multiple of 16 bytes /
+    element rows: the same bits as one launch; a row's bits do not depend on the rows beside it
+    (batch invariance: the first rows alone, and any rows' count)."""
+    x, _, w = make_inputs((45, n), dtype, dev, generator=gen)
+    with torch.no_grad():
+        whole = rms_norm_forward(x, w, EPS)
+        monkeypatch.setattr(RL, "FLAT_MAX_ELEMS", 17 * n)
+        parts = rms_norm_forward(x, w, EPS)
+        alone = rms_norm_forward(x[:13], w, EPS)
+    assert torch.equal(whole[0], parts[0]) and torch.equal(whole[1], parts[1])
+    assert torch.equal(alone[0], whole[0][:13]) and torch.equal(alone[1], whole[1][:13])
+
+
+def test_default_forward_takes_flat_rows_where_contiguous(monkeypatch, gen):
+    """mode None: unaligned rows past FLAT_MIN_BYTES run the flat forward where x is contiguous,
+    the rows' own kernels where it is a strided view (never a copy); the launcher refuses a flat
+    plan on rows that are not contiguous, and one with a weight but no workspace allocator."""
+    kinds = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    with interpret.interpreting():
+        x, _, w = make_inputs((6, 2 * 8197), torch.bfloat16, "cpu", generator=gen)
+        for rows in (x[:, :8197].contiguous(), x[:, :8197]):
+            y, rstd = rms_norm_forward(rows, w[:8197], EPS)
+            yr, rr, _, _ = rms_norm_ref_grads(rows, rows, w[:8197], EPS)
+            check_all(
+                {"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.bfloat16, torch.bfloat16, "llama")
+            )
+        assert kinds[0] == "flat" and kinds[1] != "flat", kinds
+        p = flat_plan("forward", 6, 1, 8197, 2, SMS)
+        view, y = x[:, :8197].view(6, 1, 8197), torch.empty(6, 1, 8197, dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match="C-contiguous"):
+            launch_on_device(x, real, p, view, w[:8197], y, None, EPS, 0.0, 0, empty=torch.empty)
+        with pytest.raises(ValueError, match="empty"):
+            launch_on_device(x, real, p, view.contiguous(), w[:8197], y, None, EPS, 0.0, 0)
+
+
 # The one-pass long backward (plan.long_plan's onepass; the rules' where 2 blocks an SM fit, session 25):
 # unaligned rows on runtime layouts, even 16-bit rows on static ones, a 3-D input, more rows
 # than blocks (each block's dW partials stored, then added to).
@@ -489,6 +591,22 @@ def test_long_plans_compile_without_spills(op, dtype, n, sass):
         r = sass.compile_report(kernel, params, **hints)
         assert "REG" in r and r["instructions"] > 0, (name, r)  # cuobjdump read the cubin
         assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0, (name, p, r)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("dtype,n", [("bfloat16", 8197), ("float16", 10002), ("bfloat16", 12001), ("float16", 20483),
+                                     ("bfloat16", 24461), ("bfloat16", 57085), ("float16", 200001)])  # fmt: skip
+@pytest.mark.parametrize("casting", [CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE, CK.CAST_GEMMA], ids=str)
+def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
+    """The flat forward of the rules' plans holds its registers with 16-byte loads: one whole
+    chunk compiled in spilled 264-608 bytes (plan.FLAT_STATIC_MIN_CHUNKS: those rows keep N at run
+    time; bench/NOTES.md, session 33)."""
+    dt = getattr(sass.ct, dtype)
+    p = plan("forward", 999, 1, n, 2, SMS, flat=None)
+    assert p.kind == "flat"
+    kernel, params, hints = sass.flat_params(p, dt, 999, n, casting)
+    r = sass.compile_report(kernel, params, **hints)
+    assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0 and r["ops"].get("LDG.128", 0) > 0, (p, r)
 
 
 @pytest.mark.compile
@@ -1029,7 +1147,7 @@ def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
     calls = []
     for name in ("run_forward", "run_backward"):
         real = getattr(RL, name)
-        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     with interpret.interpreting():
         x = torch.randn(5, 256, requires_grad=True)
         y = rms_norm(x, None, EPS, mode="rows")
@@ -1048,7 +1166,9 @@ def test_default_forward_is_the_row_tile_forward(monkeypatch):
     calls = []
     for name in ("run_forward", "run_backward"):
         real = getattr(RL, name)
-        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append("rows_" + name) or real(*a))
+        monkeypatch.setattr(
+            RL, name, lambda *a, real=real, name=name, **k: calls.append("rows_" + name) or real(*a, **k)
+        )
         core = getattr(torch_impl, name)
         monkeypatch.setattr(torch_impl, name, lambda *a, core=core, name=name, **k: calls.append(name) or core(*a, **k))
     with interpret.interpreting():
@@ -1188,7 +1308,7 @@ def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n,
     calls = []
     for name in ("run_forward", "run_backward"):
         real = getattr(RL, name)
-        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+        monkeypatch.setattr(RL, name, lambda *a, real=real, name=name, **k: calls.append(name) or real(*a, **k))
     with interpret.interpreting():
         x, dy, w = make_inputs((37, n), dtype, "cpu", generator=gen)
         xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -1203,7 +1323,7 @@ def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n,
                          ids=str)  # fmt: skip
 def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     """The public API (mode None) on unaligned 16-bit rows past the row tiles' 8192 elements: the
-    long forward on even rows (odd ones keep the row tiles); backward as the rules plan it for
+    flat forward (a contiguous x, plan.flat_fit); backward as the rules plan it for
     the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the two long
     kernels, test_onepass_long_backward_where_two_blocks_fit); every output against float64."""
     from cutile_rms._device import INTERPRET_DEVICE, device_info
@@ -1216,14 +1336,14 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     plans, calls = [], []
     for name in ("run_forward", "run_backward"):
         real = getattr(RL, name)
-        monkeypatch.setattr(RL, name, lambda p, *a, real=real: plans.append(p) or real(p, *a))
+        monkeypatch.setattr(RL, name, lambda p, *a, real=real, **k: plans.append(p) or real(p, *a, **k))
     core = torch_impl.run_backward
     monkeypatch.setattr(torch_impl, "run_backward", lambda *a, **k: calls.append("core") or core(*a, **k))
     x, dy, w = make_inputs((9, n), dtype, dev, generator=gen)
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == ("long" if n % 2 == 0 else "tile")
+    assert plans[0].kind == "flat"  # (plan.flat_fit: 16-bit rows past 16 KB, not a multiple of 4)
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:

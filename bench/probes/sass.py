@@ -248,6 +248,25 @@ def long_params(p, dt, m, n, casting=None):
             for name in names]  # fmt: skip
 
 
+def flat_params(p, dt, m, n, casting=None):
+    """(kernel object, constraint list, hints) of the flat rows forward of plan p (kind "flat")
+    for C-contiguous (m, n) rows as one flat array (a 16-byte aligned base, any length), a weight
+    of any length and its shifted copies (rows 16-byte aligned), training flags."""
+    from cutile_rms.rows import launch as RL
+
+    def any_length(a):
+        return dataclasses.replace(a, shape_divisible_by=(1,) * a.ndim)
+
+    flat = any_length(array(dt, (m * n,)))
+    weight = dataclasses.replace(any_length(array(dt, (n,))), base_addr_divisible_by=1)
+    values = dict(RL.constants(p, _casting(dt, casting), True), x=flat, y=flat, w=weight, eps=F32, offset=F32, n=I32,
+                  N=n if p.static else 0, w_shift=array(dt, (p.lanes, -(-n // p.widths[0]) * p.widths[0])),
+                  rstd_out=any_length(array(ct.float32, (m,))))  # fmt: skip
+    names = RL.KERNELS["forward_flat"][1]
+    return RL._VARIANTS["forward_flat", False].kernel, [values[k] for k in names], {
+        "occupancy": p.occupancy, "num_worker_warps": p.warps}  # fmt: skip
+
+
 def _rows_case(label, op, dt, m, n, b=1, strides=None, hints=None, **overrides):
     """(label, kernel, params, hints) of a row-tile kernel (cutile_rms.rows) for an
     (m, b, n) input, planned by its rules (overrides: plan keywords), training flags."""

@@ -205,7 +205,8 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
 def _rows_plan(op: str, x: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
-    a view the core kernels would copy take the row tiles anyway (plan.short_view_rows)."""
+    a view the core kernels would copy take the row tiles anyway (plan.short_view_rows); the
+    forward of a contiguous x may take the flat rows kernel (plan.flat_fit)."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
     n, es = x.shape[-1], x.element_size()
@@ -213,7 +214,8 @@ def _rows_plan(op: str, x: torch.Tensor):
         return None, a, b, n
     index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
     info = INTERPRET_DEVICE if index < 0 else device_info(index)
-    p = RL.plan(op, a, b, n, es, info.num_sms)
+    # the flat rows forward reads rows contiguous end to end as one flat array (plan.flat_fit)
+    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if op == "forward" and x.is_contiguous() else False)
     if p is None and b > 1 and short_view_rows(n, es):
         p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
     return p, a, b, n
@@ -231,7 +233,7 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
         casting = forward_casting(casting, x, weight, y, offset)
         args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), None if rstd is None else rstd.view(a, b), eps,
                 offset, casting)  # fmt: skip
-        launch_on_device(x, RL.run_forward, *args)
+        launch_on_device(x, RL.run_forward, *args, empty=lambda shape: weight.new_empty(shape))
     return y, rstd
 
 

@@ -854,3 +854,126 @@ def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: 
         if chunks * TILE_N < n:
             _onepass_chunk(x, dy, w, rstd, c, dx, dw_partial, ia, ib, chunks, first, offset, TILE_N, HAS_WEIGHT,
                            ROUND_XHAT, True, LOADS)  # fmt: skip
+
+
+# Flat rows (plan.flat_plan): the forward of 16-bit rows whose byte length is not a multiple of
+# 16, read as one flat array (the caller's rows contiguous end to end). Row r spans [rN, rN + N);
+# its interior [a, b) (a, b: the multiples of V = 16 bytes / element nearest inside) starts and
+# ends 16-byte aligned, so a slice of the flat array from a loads and stores it 16 bytes a thread,
+# where a row-shaped view of such rows proves 2 (odd N) or 4 / 8 bytes. The head [rN, a) and the
+# tail [b, rN + N), fewer than V elements each, are gathered and scattered element by element. The
+# weight of the interior starts at column d = a - rN (0 <= d < V), not aligned either: it is read
+# from w_shift, V copies of the weight, copy d shifted left by d (rows_weight_shift writes them
+# before each forward), so that row d of it starts column d on a 16-byte boundary.
+
+
+@tile_kernel
+def rows_weight_shift(w, w_shift, TILE_N: C_INT):
+    """w_shift[k, i] = w[i + k] (0 past N) on a (V, chunks) grid: block (k, j) writes chunk j of
+    copy k; w_shift is (V, W) of w's dtype, W a multiple of TILE_N."""
+    k = ct.bid(0)
+    j = ct.bid(1)
+    t = ct.gather(w, ct.arange(TILE_N, dtype=ct.int32) + (j * TILE_N + k), padding_value=0)
+    ct.store(w_shift, (k, j), ct.reshape(t, (1, TILE_N)), allow_tma=False)
+
+
+@tile_function
+def _flat_squares(xs, j, TILE_N: C_INT, CHECK: C_BOOL):
+    """(TILE_N,) fp32 squares of chunk j of a row's interior slice xs (0 past its end where CHECK)."""
+    if CHECK:
+        f = ct.astype(ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False), ct.float32)
+    else:
+        f = ct.astype(ct.load(xs, (j,), (TILE_N,), check_bounds=False, allow_tma=False), ct.float32)
+    return f * f
+
+
+@tile_function
+def _flat_y(xs, ws, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+    """y of chunk j of a row's interior: xs, ys its slices of x and y, ws its row of w_shift."""
+    if CHECK:
+        xt = ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
+    else:
+        xt = ct.load(xs, (j,), (TILE_N,), check_bounds=False, allow_tma=False)
+    if HAS_WEIGHT:
+        wt = ct.reshape(ct.load(ws, (0, j), (1, TILE_N), check_bounds=False, allow_tma=False), (TILE_N,))
+        wp = _weight_factor(wt, offset, CASTING)
+    else:
+        wp = ct.full((TILE_N,), 1.0, dtype=ct.float32)
+    ct.store(ys, (j,), ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), ys.dtype), check_bounds=CHECK,
+             allow_tma=False)  # fmt: skip
+
+
+@tile_function
+def _flat_edge(x, w, start, col, stop, V: C_INT, HAS_WEIGHT: C_BOOL):
+    """(x, w, sum of squares) of the elements [start, stop) (fewer than V) of the flat rows, whose
+    first is column col: (V,) tiles gathered (0 past stop; w raw, 0 without a weight), (1,) fp32."""
+    i = ct.arange(V, dtype=ct.int32)
+    inside = i < stop - start
+    xt = ct.gather(x, i + start, mask=inside, padding_value=0)
+    wt = xt
+    if HAS_WEIGHT:
+        wt = ct.gather(w, i + col, mask=inside, padding_value=0)
+    f = ct.astype(xt, ct.float32)
+    return xt, wt, ct.sum(f * f, axis=0, keepdims=True)
+
+
+@tile_function
+def _flat_edge_y(y, xt, wt, start, stop, rstd, offset, V: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL):
+    """y of the elements [start, stop) of the flat rows from their gathered x and w (_flat_edge)."""
+    i = ct.arange(V, dtype=ct.int32)
+    wp = ct.full((V,), 1.0, dtype=ct.float32)
+    if HAS_WEIGHT:
+        wp = _weight_factor(wt, offset, CASTING)
+    ct.scatter(y, i + start, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), mask=i < stop - start)
+
+
+@tile_function
+def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL: C_INT, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
+              HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """rows_fwd_flat's work on row r: its interior in TILE_N chunks, the first FULL unchecked and
+    the rest (one or two) checked, or with FULL < 0 the whole chunks counted at run time."""
+    s = r * n
+    e = s + n
+    a = ct.assume_divisible_by((s + V - 1) // V * V, V)
+    b = ct.assume_divisible_by(e // V * V, V)
+    xh, wh, ssh = _flat_edge(x, w, s, 0, a, V, HAS_WEIGHT)  # the head and tail first: their loads
+    xt, wt, sst = _flat_edge(x, w, b, b - s, e, V, HAS_WEIGHT)  # are in flight while the chunks are
+    xs = x.slice(axis=0, start=a, stop=b)
+    full = FULL if FULL >= 0 else (b - a) // TILE_N
+    acc = ct.zeros((TILE_N,), dtype=ct.float32)
+    for j in range(full):
+        acc += _flat_squares(xs, j, TILE_N, False)
+    for j in range(full, ct.cdiv(b - a, TILE_N)):
+        acc += _flat_squares(xs, j, TILE_N, True)
+    rstd = ct.rsqrt((ct.sum(acc, axis=0, keepdims=True) + ssh + sst) * (1.0 / n) + eps)
+    ys = y.slice(axis=0, start=a, stop=b)
+    ws = w_shift
+    if HAS_WEIGHT:
+        ws = w_shift.slice(axis=0, start=a - s, stop=a - s + 1)
+    for j in range(full):
+        _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False)
+    for j in range(full, ct.cdiv(b - a, TILE_N)):
+        _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True)
+    _flat_edge_y(y, xh, wh, s, a, rstd, offset, V, CASTING, HAS_WEIGHT)
+    _flat_edge_y(y, xt, wt, b, e, rstd, offset, V, CASTING, HAS_WEIGHT)
+    if STORE_RSTD:
+        ct.store(rstd_out, (r,), rstd, allow_tma=False)
+
+
+@tile_kernel
+def rows_fwd_flat(x, w, w_shift, y, rstd_out, eps, offset, n, N: C_INT, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
+                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """rows_fwd_long for flat rows (above): x and y are the rows as one flat array of rows x n
+    elements, rstd_out (rows,) fp32, w (n,), w_shift (V, W) from rows_weight_shift. Blocks stride
+    over the rows; a row's interior is read twice in TILE_N chunks (its squares, then y: the
+    second time from L2). N > 0 (static): the row length compiled in (n == N), and with it the
+    count of chunks every row's interior holds whole, (N - 2 (V - 1)) // TILE_N; N == 0: n at
+    run time, each row's whole chunks counted."""
+    if N > 0:
+        for r in range(ct.bid(0), x.shape[0] // N, ct.num_blocks(0)):
+            _flat_row(x, w, w_shift, y, rstd_out, r, N, eps, offset, (N - 2 * (V - 1)) // TILE_N, TILE_N, V,
+                      CASTING, HAS_WEIGHT, STORE_RSTD)  # fmt: skip
+    else:
+        for r in range(ct.bid(0), x.shape[0] // n, ct.num_blocks(0)):
+            _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, -1, TILE_N, V, CASTING, HAS_WEIGHT,
+                      STORE_RSTD)  # fmt: skip

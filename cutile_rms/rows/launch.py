@@ -26,8 +26,8 @@ from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
 
-__all__ = ["BACKWARD_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments", "constants", "plan",
-           "run_backward", "run_forward", "static_layout"]  # fmt: skip
+__all__ = ["BACKWARD_PARAMS", "FLAT_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments",
+           "constants", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS",
@@ -45,6 +45,12 @@ LONG_PARAMS = {
     "backward_long_onepass": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "chunks", "TILE_N",
                               "HAS_WEIGHT", "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
+# The flat rows forward (plan kind "flat") and the kernel that writes its shifted weights.
+FLAT_PARAMS = {
+    "forward_flat": ("x", "w", "w_shift", "y", "rstd_out", "eps", "offset", "n", "N", "TILE_N", "V", "CASTING",
+                     "HAS_WEIGHT", "STORE_RSTD"),
+    "weight_shift": ("w", "w_shift", "TILE_N"),
+}  # fmt: skip
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
     "forward_lanes": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING",
@@ -57,6 +63,8 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "dot_long": (K.rows_dot_long, LONG_PARAMS["dot_long"]),
            "backward_long": (K.rows_bwd_long, LONG_PARAMS["backward_long"]),
            "backward_long_onepass": (K.rows_bwd_long_onepass, LONG_PARAMS["backward_long_onepass"]),
+           "forward_flat": (K.rows_fwd_flat, FLAT_PARAMS["forward_flat"]),
+           "weight_shift": (K.rows_weight_shift, FLAT_PARAMS["weight_shift"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
 # Kernel objects by (op, static) and hints: runtime layouts (the kernels' twins, K.DYNAMIC) and the
@@ -103,6 +111,8 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     run gemma: one computation in fp32)."""
     if p.kind == "long":
         shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll)
+    elif p.kind == "flat":
+        shape = dict(TILE_N=p.widths[0], V=p.lanes)
     elif p.kind == "lanes":
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch)
     else:
@@ -119,16 +129,21 @@ def arguments(op: str, values: dict) -> tuple:
 
 
 def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream,
-                residual=None, s=None, s_dtype_like=None) -> None:  # fmt: skip
+                residual=None, s=None, s_dtype_like=None, empty=None) -> None:  # fmt: skip
     """y = rms_norm(x) * (offset + weight); rstd stored unless it is None. device: the
     _device.DeviceInfo the plan was made for (unused: the plan holds what it needs). With a
     residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
-    not stored, and s_dtype_like, any array of the sum's dtype, names it."""
+    not stored, and s_dtype_like, any array of the sum's dtype, names it. A flat plan (kind
+    "flat") needs x, y and rstd C-contiguous and, with a weight, empty(shape): an uninitialised
+    array of the weight's dtype on x's device (its shifted copies)."""
     has_weight = weight is not None
     if residual is not None and (p.kind != "tile" or p.prefetch):
         raise ValueError(f"the {p.kind} forward{' with prefetch' if p.prefetch else ''} has no residual add")
     if casting == CK.CAST_LLAMA_NATIVE and (residual is not None or not native_fits(x, weight, y, offset)):
         raise ValueError("CAST_LLAMA_NATIVE needs a weight of x's dtype, y of that dtype, offset 0 and no residual")
+    if p.kind == "flat":
+        _run_forward_flat(p, x, weight, y, rstd, eps, offset, casting, stream, empty)
+        return
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = constants(p, casting, has_weight, rstd is not None, code)
     values.update(x=x, r=x if residual is None else residual, w=weight if has_weight else x, y=y,
@@ -137,6 +152,49 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
                   chunks=x.shape[2] // p.widths[0])  # fmt: skip
     op = "forward" if p.kind == "tile" else "forward_" + p.kind
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
+
+
+# The flat rows forward's arrays hold at most this many elements a launch (cuda.tile's int32
+# shapes): longer inputs run in parts of a multiple of V rows, so every part starts 16-byte aligned
+# and its rows are reduced as in one launch.
+FLAT_MAX_ELEMS = 2**31 - 1
+
+
+def _flat(a):
+    """a's elements as one flat array, a view: a must be C-contiguous (torch or CuPy)."""
+    contiguous = a.is_contiguous() if hasattr(a, "is_contiguous") else a.flags.c_contiguous
+    if not contiguous:
+        raise ValueError(f"a flat rows plan needs C-contiguous arrays, got one of shape {tuple(a.shape)}")
+    return a.reshape(-1)
+
+
+def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream,
+                      empty) -> None:  # fmt: skip
+    """run_forward of a flat plan: the weight's shifted copies (rows_weight_shift), then the flat
+    forward over the rows, in parts of at most FLAT_MAX_ELEMS elements."""
+    a, b, n = x.shape
+    rows, v, chunk = a * b, p.lanes, p.widths[0]
+    xf, yf = _flat(x), _flat(y)
+    rf = None if rstd is None else _flat(rstd)
+    has_weight = weight is not None
+    shifted = None
+    if has_weight:
+        if empty is None:
+            raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
+        chunks = -(-n // chunk)
+        shifted = empty((v, chunks * chunk))
+        values = dict(w=weight, w_shift=shifted, TILE_N=chunk)
+        launch(stream, (v, chunks), K.rows_weight_shift, arguments("weight_shift", values))
+    kernel = _VARIANTS["forward_flat", False][p.hints]
+    step = FLAT_MAX_ELEMS // n // v * v
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        xs = xf[r0 * n : r1 * n]
+        values = constants(p, casting, has_weight, rf is not None)
+        values.update(x=xs, w=weight if has_weight else xs, w_shift=shifted if has_weight else y.reshape(rows, n),
+                      y=yf[r0 * n : r1 * n], rstd_out=xs if rf is None else rf[r0:r1], eps=float(eps),
+                      offset=float(offset), n=n, N=n if p.static else 0)  # fmt: skip
+        launch(stream, (min(p.grid, r1 - r0),), kernel, arguments("forward_flat", values))
 
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,

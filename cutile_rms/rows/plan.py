@@ -124,6 +124,11 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (kernels.common.CAST_LLAMA_NATIVE, the same bits but for zero signs; 1.04-1.10x on 16-bit rows whose tiles did not
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
+- session 33: the forward of 16-bit unaligned rows of 16 KB or more whose rows are contiguous end
+  to end (the caller's ``flat``) reads them as one flat array (``flat_plan``, kernels.rows_fwd_flat):
+  each row's 16-byte aligned interior 16 bytes a load, its head and tail element by element, its
+  weight from 8 shifted copies (1.07-2.8x over the gathered long kernel, the row tiles and the static
+  long forward of 4-byte rows; the 4 mod 8 rows keep the static long forward's 8-byte loads).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
@@ -156,6 +161,8 @@ __all__ = [
     "MAX_ROW_ELEMS",
     "RowsPlan",
     "backward_by_default",
+    "flat_fit",
+    "flat_plan",
     "lanes_fit",
     "lanes_plan",
     "long_fit",
@@ -547,6 +554,31 @@ ONEPASS_MAX_BLOCKS = 2
 CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
+# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose byte length is
+# not a multiple of 16 (``unaligned``), read as one flat array where the caller's rows are contiguous
+# end to end (plan's ``flat``): each row's interior 16 bytes a load, its head and tail (fewer than
+# 16 bytes each) element by element, its weight from FLAT_SHIFTS shifted copies. A block a row,
+# FLAT_CHUNK_BYTES chunks at FLAT_BLOCKS blocks an SM, past LONG_UNROLL_MAX_CHUNKS of them
+# LONG_WIDE_CHUNK_BYTES chunks at LONG_MIN_BLOCKS (the static long forward's chunks); the row
+# length compiled in (static) where a row's interior holds at least FLAT_STATIC_MIN_CHUNKS whole
+# chunks (SASS: one whole chunk compiled in spills 264-608 bytes, 8197 / 10001-16385; two to 31 hold
+# no stack). From FLAT_MIN_BYTES (below that the row tiles and lanes kernels win), but not the rows of
+# a multiple of 4 elements that the static long forward runs a block a row (8-byte loads, its chunk
+# count compiled in: ``long_static_chunk``). Session 33 (ab/s33a-c; H200, graph replay, us, about 64 Mi
+# elements, bf16, the old rules -> the flat forward): odd 8197 87.9 -> 84.4 (runtime N), 12001 95.5 ->
+# 74.9, 24461 176.6 -> 78.5, 33333 222.1 -> 85.5, 57085 295.1 -> 106.8; 2 mod 4 18630 81.3 -> 76.0
+# (the static long forward's 4-byte loads), 36946 110.3 -> 88.8; fp16 12001 96.3 -> 74.5, 57085 304.5 ->
+# 103.3. Lost: 4 mod 8 29180 83.0 / 80.5 against 90.4 / 87.6 (bf16 / fp16); 8 KB rows and shorter
+# (2001-6146, 4100) to the row tiles by 5-100%; fp32 (4-byte loads lose nothing to alignment) to the
+# row tiles at 3001-9989 and the core's split plan at 57085 (193.0 in the random set against 237.8).
+# Persistent grids tied a block a row past 24 KB and lost 3-7% under it; chunks of 16 KB lost under
+# 40 KB (18630: 88.4 against 76.0), 8 KB past it (57085: 113.9 against 106.8).
+FLAT_MIN_BYTES = 16 * 1024
+FLAT_CHUNK_BYTES = 8 * 1024
+FLAT_BLOCKS = 4
+FLAT_WARPS = 8
+FLAT_STATIC_MIN_CHUNKS = 2
+FLAT_SHIFTS = 16  # bytes: the shifted copies of the weight are 16 // elem_size
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
 # W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
 # held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
@@ -685,7 +717,9 @@ class RowsPlan:
     loads: how the tiles are read and written (kernels.LOADS_*: plain, TMA or gather). kind
     "long" (long_plan): rows of widths[0]-wide chunks, one row at a time (grid: the row groups
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
-    by ``lanes`` lanes of widths[0] // lanes elements. static: the kernels take the row length
+    by ``lanes`` lanes of widths[0] // lanes elements; kind "flat" (flat_plan): rows contiguous
+    end to end, read as one flat array in widths[0]-wide chunks, ``lanes`` the elements of 16
+    bytes. static: the kernels take the row length
     and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
@@ -969,6 +1003,38 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
+def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward", static: bool = True) -> bool:
+    """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
+    rows are contiguous end to end (FLAT_* above): unaligned 16-bit rows of at least FLAT_MIN_BYTES,
+    but those of a multiple of 4 elements that the static long forward takes."""
+    if op != "forward" or elem_size != 2 or not unaligned(n, elem_size) or n * elem_size < FLAT_MIN_BYTES:
+        return False
+    return n % 4 != 0 or not long_static_chunk(n, elem_size, num_sms, static)
+
+
+def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
+              warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
+              static: bool = True) -> RowsPlan:  # fmt: skip
+    """The plan of the flat rows forward (kind "flat": kernels.rows_fwd_flat) for (a, b, n) rows
+    contiguous end to end (FLAT_* above); the keywords override the rules (probes): chunk in
+    elements, a power of two; persistent True: a persistent grid (the rules: a block a row);
+    static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules: where
+    FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior). ``lanes`` holds the elements of 16
+    bytes (the kernel's V)."""
+    if op != "forward":
+        raise ValueError("the flat rows kernel is a forward")
+    v = FLAT_SHIFTS // elem_size
+    wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
+    chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
+    if occupancy is None:
+        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
+        occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MIN_BLOCKS if wide else FLAT_BLOCKS, fit)))
+    grid = max(1, min(a * b, num_sms * occupancy)) if persistent else a * b
+    static = static and (n - 2 * (v - 1)) // chunk >= FLAT_STATIC_MIN_CHUNKS
+    return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or FLAT_WARPS, occupancy, grid, False, True, LOADS_GATHER, "flat",
+                    v, static)  # fmt: skip
+
+
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
                warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
                static: bool = False, lane_elems: int = LANES_ELEMS) -> RowsPlan:  # fmt: skip
@@ -994,7 +1060,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
-         prefetch: bool | None = None) -> RowsPlan | None:  # fmt: skip
+         prefetch: bool | None = None, flat: bool | None = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -1009,12 +1075,19 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     never: callers whose kernels have only the row-tile layout; prefetch: whether the backward's
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
-    rules never set it, and the caller picks the hint it compiles at, session 31)."""
+    rules never set it, and the caller picks the hint it compiles at, session 31); flat: whether the
+    caller's rows are contiguous end to end, one flat array that the flat rows forward may read
+    (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
+    (probes), False never (the default: callers that cannot give a flat array and the shifted
+    weights' workspace)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
+    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op, static)):
+        return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
+                         persistent=persistent, static=static)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
                          unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
