@@ -47,7 +47,8 @@ def plan_of(c, persistent=None):
     take them: row tiles, the lanes kernels and the long forward); a long-row plan where the rules give one or it
     says "long": true (with "chunk", in elements); "lane_elems": the elements a lane of a lanes tile
     holds (the kernels' L; the rules' plan.LANES_ELEMS, or on the rows of plan.vector_lanes the
-    elements it returns, sessions 31 and 32)."""
+    elements it returns, sessions 31 and 32); "flat": plan's flat (absent: False, the rows read as
+    rows; null: where plan.flat_fit says; true: the flat rows forward, with "chunk")."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
@@ -56,7 +57,8 @@ def plan_of(c, persistent=None):
              occupancy=c.get("occupancy"), persistent=persistent, max_pieces=c.get("max_pieces"),
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
-             unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"))  # fmt: skip
+             unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"),
+             flat=c.get("flat", False))  # fmt: skip
     if p is not None and p.kind == "lanes" and c.get("lane_elems"):
         if p.widths[0] % c["lane_elems"]:
             raise ValueError(f"lane_elems {c['lane_elems']} does not divide the lanes tile's width {p.widths[0]}")

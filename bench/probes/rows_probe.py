@@ -9,7 +9,7 @@ Writes $OUT/rows.csv and prints one line per shape (best of each provider).
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
 
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
-occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk); one that names its loads, the lanes
+occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk, flat); one that names its loads, the lanes
 kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
 kernels.CAST_* code; absent: what the torch API picks, launch.forward_casting) labels it too.
 A forward candidate runs on one block per row tile and on a persistent grid, or with
@@ -32,6 +32,7 @@ DEADLINE = float(os.environ.get("PROBE_SECONDS", "470"))
 OUT = os.environ.get("OUT", "/tmp")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EPS = 1e-6
+LIGER_MAX_N = 65536  # Liger's kernels refuse longer rows (one Triton block a row)
 
 
 def log(*a):
@@ -67,7 +68,8 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     info = device_info(0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     p = _plan(c, persistent)
-    return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream)
+    return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream,
+                                     empty=lambda shape: w.new_empty(shape))  # fmt: skip
 
 
 def core_forward_call(torch, x, w, y, rstd):
@@ -119,7 +121,7 @@ def warm(task):
             torch.autograd.grad(cutile_rms.rms_norm(xg, wg, EPS), [xg, wg], dy)
             with torch.no_grad():
                 cutile_rms.rms_norm(x, w, EPS)
-        elif kind == "liger":
+        elif kind == "liger" and c["n"] <= LIGER_MAX_N:
             from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
             xg, wg = x.requires_grad_(), w.requires_grad_()
@@ -216,6 +218,8 @@ def _loads_label(c):
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
     lanes += f"-L{c['lane_elems']}" if c.get("lane_elems") else ""
     lanes += f"-cast{c['casting']}" if "casting" in c else ""
+    lanes += ({True: "-flat", None: "-flatrule"}[c["flat"]] + (f"-c{c['chunk']}" if c.get("chunk") else "")
+              if c.get("flat", False) is not False else "")  # fmt: skip
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
@@ -239,9 +243,10 @@ def time_forward(torch, rec, sets, cands):
     rec("shipped", Tm.graph_us([lambda s=s: cutile_rms.rms_norm_forward(s[0], s[1], EPS) for s in sets], 50))
     rec("core", Tm.graph_us([core_forward_call(torch, s[0], s[1], y, r) for s, y, r in zip(sets, ys, rs, strict=True)],
                             50))  # fmt: skip
-    with torch.no_grad():
-        rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
-                                  for s in sets], 50))  # fmt: skip
+    if sets[0][0].shape[1] <= LIGER_MAX_N:
+        with torch.no_grad():
+            rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
+                                      for s in sets], 50))  # fmt: skip
     for c in cands:  # "persistent": null in a candidate: the rules' grid only
         for persistent in (c["persistent"],) if "persistent" in c else (False, True):
             calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
@@ -270,6 +275,8 @@ def time_backward(torch, rec, sets, cands):
     providers = {"shipped": lambda a, b: cutile_rms.rms_norm(a, b, EPS),
                  "liger": lambda a, b: LigerRMSNormFunction.apply(a, b, EPS, 0.0, "llama", False)}  # fmt: skip
     for who, fn in providers.items():
+        if who == "liger" and sets[0][0].shape[1] > LIGER_MAX_N:
+            continue
         with torch.cuda.stream(Tm.capture_stream()):  # autograd runs backward on the forward's stream
             ys = [fn(a, b) for a, b in zip(xg, wg, strict=True)]
         torch.cuda.current_stream().wait_stream(Tm.capture_stream())
