@@ -17,9 +17,7 @@ from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import (
-    LONG_UNROLL_MAX_CHUNKS as UNROLL_CHUNKS,
-)
-from cutile_rms.rows.plan import (
+    FLAT_MIN_BYTES,
     MAX_ROW_ELEMS,
     OPS,
     backward_by_default,
@@ -37,6 +35,9 @@ from cutile_rms.rows.plan import (
     static_fit,
     unaligned,
     vector_lanes,
+)
+from cutile_rms.rows.plan import (
+    LONG_UNROLL_MAX_CHUNKS as UNROLL_CHUNKS,
 )
 from tests.reference import check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
@@ -429,31 +430,33 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
 
 
 def test_flat_rule():
-    """The flat forward takes unaligned 16-bit rows of FLAT_MIN_BYTES or more where the caller
-    allows it (flat=None: rows contiguous end to end), a block a row, 8 KB chunks at 4 blocks an SM
-    up to 5 of them, 16 KB at 2 past that, the row length compiled in where two whole chunks fit a
-    row's interior; never the backward, fp32, aligned rows, the rows of a multiple of 4 elements
-    that the static long forward runs a block a row, or a caller that did not allow it."""
-    for n, chunk, blocks, static in ((8197, 4096, 4, False), (10002, 4096, 4, True), (18630, 4096, 4, True),
-                                     (20479, 4096, 4, True), (20483, 8192, 2, True), (57085, 8192, 2, True),
-                                     (53908, 8192, 2, True), (200001, 8192, 2, True)):  # fmt: skip
-        assert flat_fit(n, 2, SMS)
+    """The flat forward takes odd 16-bit rows of FLAT_MIN_BYTES or more where the caller allows it
+    (flat=None: rows contiguous end to end), a block a row, 16 KB chunks at 2 blocks an SM past
+    5 chunks of 8 KB (all of its rows), the row length compiled in where two whole chunks fit a
+    row's interior; never the backward, fp32, even rows, shorter rows or a caller that did not
+    allow it."""
+    for n in (24577, 33333, 57085, 200001):
+        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
-        want = ("flat", chunk, blocks, 1176, static, 8)
+        want = ("flat", 8192, 2, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
             assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
-    for n, es in ((29180, 2), (17284, 2), (8192 + 8, 2), (8191 - 1000, 2), (20001, 4), (4099, 4)):
+    small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
+    assert (small.widths[0], small.occupancy, small.static) == (4096, 4, False)
+    for n, es in ((24575, 2), (29180, 2), (36946, 2), (8197, 2), (8192 + 8, 2), (30001, 4)):
         p = plan("forward", 99, 1, n, es, SMS, flat=None)
-        assert not flat_fit(n, es, SMS) and (p is None or p.kind != "flat"), (n, es)
-    assert plan("forward", 99, 1, 8197, 2, SMS, flat=None, tile_rows=1).kind == "tile"  # overridden
+        assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
+    assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
     assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
     with pytest.raises(ValueError, match="forward"):
         flat_plan("backward", 9, 1, 8197, 2, SMS)
+    with pytest.raises(ValueError, match="at least 16"):
+        flat_plan("forward", 9, 1, 15, 2, SMS)
 
 
-@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 8197), (torch.float32, 4102)], ids=str)
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 30001)], ids=str)
 def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
     """Inputs past rows.launch.FLAT_MAX_ELEMS elements run in parts of a multiple of 16 bytes /
     element rows: the same bits as one launch; a row's bits do not depend on the rows beside it
@@ -468,6 +471,40 @@ def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
     assert torch.equal(alone[0], whole[0][:13]) and torch.equal(alone[1], whole[1][:13])
 
 
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 33333)], ids=str)
+def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
+    """A row's bits on the flat forward do not depend on where it sits (batch invariance): its
+    loads start where r N mod 8 puts them, and its sum's lanes add exactly (kernels._exact_sum).
+    One row copied to 8 consecutive rows (every head length) gives 8 equal outputs; rows k.. of a
+    batch alone (a base off 16 bytes on the GPU: narrower loads) give what they give in it."""
+    kinds = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    x, _, w = make_inputs((21, n), dtype, dev, generator=gen)
+    x[5:13] = x[4]  # rows 4-12 equal: 9 rows, every residue of r N mod 8 for odd N
+    with torch.no_grad():
+        y, rstd = rms_norm_forward(x, w, EPS)
+        assert kinds[-1] == "flat"
+        for r in range(5, 13):
+            assert torch.equal(y[r], y[4]) and torch.equal(rstd[r], rstd[4]), r
+        for k in (1, 3, 8):
+            yk, rk = rms_norm_forward(x[k:], w, EPS)
+            assert kinds[-1] == "flat" and torch.equal(yk, y[k:]) and torch.equal(rk, rstd[k:]), k
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+
+
+def test_flat_rows_fp32_weight(dev, gen):
+    """The flat forward with an fp32 weight beside 16-bit x (its shifted copies fp32), every
+    casting mode, against float64."""
+    x, _, w = make_inputs((7, 24577), torch.bfloat16, dev, generator=gen)
+    w32 = w.float() + 1e-3 * torch.randn(w.shape, generator=gen).to(w.device)
+    for casting, offset in (("llama", 0.0), ("gemma", 1.0), ("none", 0.0)):
+        y, rstd = rms_norm_forward(x, w32, EPS, offset=offset, casting_mode=casting)
+        yr, rr, _, _ = rms_norm_ref_grads(x, x, w32, EPS, offset)
+        check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.bfloat16, torch.float32, casting))
+
+
 def test_default_forward_takes_flat_rows_where_contiguous(monkeypatch, gen):
     """mode None: unaligned rows past FLAT_MIN_BYTES run the flat forward where x is contiguous,
     the rows' own kernels where it is a strided view (never a copy); the launcher refuses a flat
@@ -476,20 +513,20 @@ def test_default_forward_takes_flat_rows_where_contiguous(monkeypatch, gen):
     real = RL.run_forward
     monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
     with interpret.interpreting():
-        x, _, w = make_inputs((6, 2 * 8197), torch.bfloat16, "cpu", generator=gen)
-        for rows in (x[:, :8197].contiguous(), x[:, :8197]):
-            y, rstd = rms_norm_forward(rows, w[:8197], EPS)
-            yr, rr, _, _ = rms_norm_ref_grads(rows, rows, w[:8197], EPS)
+        x, _, w = make_inputs((6, 2 * 24577), torch.bfloat16, "cpu", generator=gen)
+        for rows in (x[:, :24577].contiguous(), x[:, :24577]):
+            y, rstd = rms_norm_forward(rows, w[:24577], EPS)
+            yr, rr, _, _ = rms_norm_ref_grads(rows, rows, w[:24577], EPS)
             check_all(
                 {"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.bfloat16, torch.bfloat16, "llama")
             )
         assert kinds[0] == "flat" and kinds[1] != "flat", kinds
-        p = flat_plan("forward", 6, 1, 8197, 2, SMS)
-        view, y = x[:, :8197].view(6, 1, 8197), torch.empty(6, 1, 8197, dtype=torch.bfloat16)
+        p = flat_plan("forward", 6, 1, 24577, 2, SMS)
+        view, y = x[:, :24577].view(6, 1, 24577), torch.empty(6, 1, 24577, dtype=torch.bfloat16)
         with pytest.raises(ValueError, match="C-contiguous"):
-            launch_on_device(x, real, p, view, w[:8197], y, None, EPS, 0.0, 0, empty=torch.empty)
+            launch_on_device(x, real, p, view, w[:24577], y, None, EPS, 0.0, 0, empty=torch.empty)
         with pytest.raises(ValueError, match="empty"):
-            launch_on_device(x, real, p, view.contiguous(), w[:8197], y, None, EPS, 0.0, 0)
+            launch_on_device(x, real, p, view.contiguous(), w[:24577], y, None, EPS, 0.0, 0)
 
 
 # The one-pass long backward (plan.long_plan's onepass; the rules' where 2 blocks an SM fit, session 25):
@@ -594,8 +631,8 @@ def test_long_plans_compile_without_spills(op, dtype, n, sass):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("dtype,n", [("bfloat16", 8197), ("float16", 10002), ("bfloat16", 12001), ("float16", 20483),
-                                     ("bfloat16", 24461), ("bfloat16", 57085), ("float16", 200001)])  # fmt: skip
+@pytest.mark.parametrize("dtype,n", [("bfloat16", 24577), ("float16", 33333), ("bfloat16", 57085),
+                                     ("float16", 200001)])  # fmt: skip
 @pytest.mark.parametrize("casting", [CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE, CK.CAST_GEMMA], ids=str)
 def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
     """The flat forward of the rules' plans holds its registers with 16-byte loads: one whole
@@ -1323,7 +1360,7 @@ def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n,
                          ids=str)  # fmt: skip
 def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     """The public API (mode None) on unaligned 16-bit rows past the row tiles' 8192 elements: the
-    flat forward (a contiguous x, plan.flat_fit); backward as the rules plan it for
+    long forward on even rows (odd ones keep the row tiles); backward as the rules plan it for
     the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the two long
     kernels, test_onepass_long_backward_where_two_blocks_fit); every output against float64."""
     from cutile_rms._device import INTERPRET_DEVICE, device_info
@@ -1343,7 +1380,7 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == "flat"  # (plan.flat_fit: 16-bit rows past 16 KB, not a multiple of 4)
+    assert plans[0].kind == ("long" if n % 2 == 0 else "tile")
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:

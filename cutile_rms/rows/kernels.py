@@ -859,7 +859,9 @@ def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: 
 # Flat rows (plan.flat_plan): the forward of 16-bit rows whose byte length is not a multiple of
 # 16, read as one flat array (the caller's rows contiguous end to end). Row r spans [rN, rN + N);
 # its interior [a, b) (a, b: the multiples of V = 16 bytes / element nearest inside) starts and
-# ends 16-byte aligned, so a slice of the flat array from a loads and stores it 16 bytes a thread,
+# ends 16-byte aligned where the array's base is (the JIT specializes on that: on another base
+# the same code loads narrower, with the same results), so a slice of the flat array from a loads
+# and stores it 16 bytes a thread,
 # where a row-shaped view of such rows proves 2 (odd N) or 4 / 8 bytes. The head [rN, a) and the
 # tail [b, rN + N), fewer than V elements each, are gathered and scattered element by element. The
 # weight of the interior starts at column d = a - rN (0 <= d < V), not aligned either: it is read
@@ -905,16 +907,15 @@ def _flat_y(xs, ws, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIG
 
 @tile_function
 def _flat_edge(x, w, start, col, stop, V: C_INT, HAS_WEIGHT: C_BOOL):
-    """(x, w, sum of squares) of the elements [start, stop) (fewer than V) of the flat rows, whose
-    first is column col: (V,) tiles gathered (0 past stop; w raw, 0 without a weight), (1,) fp32."""
+    """(x, w) of the elements [start, stop) (fewer than V) of the flat rows, whose first is column
+    col: (V,) tiles gathered (0 past stop; w raw, x again without a weight)."""
     i = ct.arange(V, dtype=ct.int32)
     inside = i < stop - start
     xt = ct.gather(x, i + start, mask=inside, padding_value=0)
     wt = xt
     if HAS_WEIGHT:
         wt = ct.gather(w, i + col, mask=inside, padding_value=0)
-    f = ct.astype(xt, ct.float32)
-    return xt, wt, ct.sum(f * f, axis=0, keepdims=True)
+    return xt, wt
 
 
 @tile_function
@@ -927,29 +928,60 @@ def _flat_edge_y(y, xt, wt, start, stop, rstd, offset, V: C_INT, CASTING: C_INT,
     ct.scatter(y, i + start, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), mask=i < stop - start)
 
 
+# _exact_sum's fixed point: T lanes below 2^EXACT_SUM_BITS each sum below 2^62 for T <= 2^14.
+EXACT_SUM_BITS = 48
+FP32_MAX = 3.4028234663852886e38
+
+
 @tile_function
-def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL: C_INT, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
-              HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
-    """rows_fwd_flat's work on row r: its interior in TILE_N chunks, the first FULL unchecked and
-    the rest (one or two) checked, or with FULL < 0 the whole chunks counted at run time."""
+def _exact_sum(acc):
+    """(1,) fp32 sum of a 1-D tile of non-negative fp32 values that does not depend on where in
+    the tile each value sits: each is scaled by a power of two (from the largest's exponent) and
+    truncated to an int64 (a value at a time: the same bits wherever it sits), the int64s summed
+    exactly, the total scaled back; a lane more than 2^48 below the largest loses what lies
+    below (a relative error under 2^-34 at T = 2^14). Non-finite tiles take the plain sum."""
+    top = ct.max(acc, axis=0, keepdims=True)
+    exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
+    bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
+    scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every lane under 2^48
+    q = ct.astype(ct.astype(acc, ct.float64) * scale, ct.int64)
+    total = ct.astype(ct.astype(ct.sum(q, axis=0, keepdims=True), ct.float64) / scale, ct.float32)
+    return ct.where(top <= FP32_MAX, total, ct.sum(acc, axis=0, keepdims=True))
+
+
+@tile_function
+def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL: C_INT, TILE_N: C_INT, V: C_INT,
+              CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """rows_fwd_flat's work on row r. Its sum of squares: lane i of a (TILE_N,) accumulator adds
+    the squares of the row's columns d + i + j TILE_N in column order (d = a - rN, the head's
+    length), its head's squares first (columns c < d, in lane TILE_N - d + c), then chunks j of
+    [a, rN + N), the first FULL_Q unchecked and the rest checked (FULL_Q < 0: counted at run
+    time). Each lane then holds what lane (i + d) mod TILE_N holds for a row at d = 0, and
+    _exact_sum adds the lanes whatever their order: a row's rstd is the same at every position
+    (batch invariance). y: the interior [a, b) in chunks (FULL unchecked, likewise), the head and
+    tail element by element."""
     s = r * n
     e = s + n
     a = ct.assume_divisible_by((s + V - 1) // V * V, V)
     b = ct.assume_divisible_by(e // V * V, V)
-    xh, wh, ssh = _flat_edge(x, w, s, 0, a, V, HAS_WEIGHT)  # the head and tail first: their loads
-    xt, wt, sst = _flat_edge(x, w, b, b - s, e, V, HAS_WEIGHT)  # are in flight while the chunks are
+    xh, wh = _flat_edge(x, w, s, 0, a, V, HAS_WEIGHT)  # the head and tail first: their loads
+    xt, wt = _flat_edge(x, w, b, b - s, e, V, HAS_WEIGHT)  # are in flight while the chunks are
+    lane = ct.arange(TILE_N, dtype=ct.int32)
+    head = ct.astype(ct.gather(x, lane + (a - TILE_N), mask=lane >= TILE_N - (a - s), padding_value=0), ct.float32)
+    acc = head * head
+    xq = x.slice(axis=0, start=a, stop=e)
+    full_q = FULL_Q if FULL_Q >= 0 else (e - a) // TILE_N
+    for j in range(full_q):
+        acc += _flat_squares(xq, j, TILE_N, False)
+    for j in range(full_q, ct.cdiv(e - a, TILE_N)):
+        acc += _flat_squares(xq, j, TILE_N, True)
+    rstd = ct.rsqrt(_exact_sum(acc) * (1.0 / n) + eps)
     xs = x.slice(axis=0, start=a, stop=b)
-    full = FULL if FULL >= 0 else (b - a) // TILE_N
-    acc = ct.zeros((TILE_N,), dtype=ct.float32)
-    for j in range(full):
-        acc += _flat_squares(xs, j, TILE_N, False)
-    for j in range(full, ct.cdiv(b - a, TILE_N)):
-        acc += _flat_squares(xs, j, TILE_N, True)
-    rstd = ct.rsqrt((ct.sum(acc, axis=0, keepdims=True) + ssh + sst) * (1.0 / n) + eps)
     ys = y.slice(axis=0, start=a, stop=b)
     ws = w_shift
     if HAS_WEIGHT:
         ws = w_shift.slice(axis=0, start=a - s, stop=a - s + 1)
+    full = FULL if FULL >= 0 else (b - a) // TILE_N
     for j in range(full):
         _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False)
     for j in range(full, ct.cdiv(b - a, TILE_N)):
@@ -967,13 +999,13 @@ def rows_fwd_flat(x, w, w_shift, y, rstd_out, eps, offset, n, N: C_INT, TILE_N: 
     elements, rstd_out (rows,) fp32, w (n,), w_shift (V, W) from rows_weight_shift. Blocks stride
     over the rows; a row's interior is read twice in TILE_N chunks (its squares, then y: the
     second time from L2). N > 0 (static): the row length compiled in (n == N), and with it the
-    count of chunks every row's interior holds whole, (N - 2 (V - 1)) // TILE_N; N == 0: n at
-    run time, each row's whole chunks counted."""
+    counts of chunks every row holds whole, from a to its end (N - (V - 1)) // TILE_N and in its
+    interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted."""
     if N > 0:
         for r in range(ct.bid(0), x.shape[0] // N, ct.num_blocks(0)):
-            _flat_row(x, w, w_shift, y, rstd_out, r, N, eps, offset, (N - 2 * (V - 1)) // TILE_N, TILE_N, V,
-                      CASTING, HAS_WEIGHT, STORE_RSTD)  # fmt: skip
+            _flat_row(x, w, w_shift, y, rstd_out, r, N, eps, offset, (N - (V - 1)) // TILE_N,
+                      (N - 2 * (V - 1)) // TILE_N, TILE_N, V, CASTING, HAS_WEIGHT, STORE_RSTD)  # fmt: skip
     else:
         for r in range(ct.bid(0), x.shape[0] // n, ct.num_blocks(0)):
-            _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, -1, TILE_N, V, CASTING, HAS_WEIGHT,
+            _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, -1, -1, TILE_N, V, CASTING, HAS_WEIGHT,
                       STORE_RSTD)  # fmt: skip

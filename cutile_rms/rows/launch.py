@@ -155,8 +155,8 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
 
 
 # The flat rows forward's arrays hold at most this many elements a launch (cuda.tile's int32
-# shapes): longer inputs run in parts of a multiple of V rows, so every part starts 16-byte aligned
-# and its rows are reduced as in one launch.
+# shapes): longer inputs run in parts of a multiple of V rows, so that every part starts at the
+# alignment of the whole (16 bytes where x's base is) and its rows run as in one launch.
 FLAT_MAX_ELEMS = 2**31 - 1
 
 
@@ -184,9 +184,11 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
         chunks = -(-n // chunk)
         shifted = empty((v, chunks * chunk))
         values = dict(w=weight, w_shift=shifted, TILE_N=chunk)
-        launch(stream, (v, chunks), K.rows_weight_shift, arguments("weight_shift", values))
+        launch(stream, (v, chunks), _VARIANTS["weight_shift", False].kernel, arguments("weight_shift", values))
     kernel = _VARIANTS["forward_flat", False][p.hints]
     step = FLAT_MAX_ELEMS // n // v * v
+    if step == 0:
+        raise ValueError(f"the flat rows forward takes rows of at most {FLAT_MAX_ELEMS // v} elements, got {n}")
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         xs = xf[r0 * n : r1 * n]

@@ -124,12 +124,12 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (kernels.common.CAST_LLAMA_NATIVE, the same bits but for zero signs; 1.04-1.10x on 16-bit rows whose tiles did not
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
-- session 33: the forward of 16-bit unaligned rows of 16 KB or more whose rows are contiguous end
-  to end (the caller's ``flat``) reads them as one flat array (``flat_plan``, kernels.rows_fwd_flat):
-  each row's 16-byte aligned interior 16 bytes a load, its head and tail element by element, its
-  weight from 8 shifted copies (1.07-2.8x over the gathered long kernel, the row tiles and the static
-  long forward of 4-byte rows; the 4 mod 8 rows keep the static long forward's 8-byte loads).
-- unaligned rows (a byte length not a multiple of 16, ``unaligned``): gathers on the pieces that
+- session 33: the forward of odd 16-bit rows of 48 KB or more whose rows are contiguous end to end
+  (the caller's ``flat``) reads them as one flat array (``flat_plan``, kernels.rows_fwd_flat): each
+  row's 16-byte aligned interior 16 bytes a load, its head and tail element by element, its weight
+  from 8 shifted copies, its sum of squares added exactly (bf16 57085 2.15x the gathered long kernel).
+- unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of odd 16-bit ones
+  from 48 KB, contiguous, reads them flat: session 33 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
@@ -143,7 +143,9 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
-is reduced in the same order whatever batch it comes in (batch invariance); A sets the grid and
+is reduced in the same order whatever batch it comes in (batch invariance; the flat rows forward,
+whose loads start where a row's alignment puts them, adds its sum's lanes exactly instead:
+kernels._exact_sum); A sets the grid and
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
@@ -554,31 +556,30 @@ ONEPASS_MAX_BLOCKS = 2
 CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose byte length is
-# not a multiple of 16 (``unaligned``), read as one flat array where the caller's rows are contiguous
-# end to end (plan's ``flat``): each row's interior 16 bytes a load, its head and tail (fewer than
-# 16 bytes each) element by element, its weight from FLAT_SHIFTS shifted copies. A block a row,
-# FLAT_CHUNK_BYTES chunks at FLAT_BLOCKS blocks an SM, past LONG_UNROLL_MAX_CHUNKS of them
-# LONG_WIDE_CHUNK_BYTES chunks at LONG_MIN_BLOCKS (the static long forward's chunks); the row
-# length compiled in (static) where a row's interior holds at least FLAT_STATIC_MIN_CHUNKS whole
-# chunks (SASS: one whole chunk compiled in spills 264-608 bytes, 8197 / 10001-16385; two to 31 hold
-# no stack). From FLAT_MIN_BYTES (below that the row tiles and lanes kernels win), but not the rows of
-# a multiple of 4 elements that the static long forward runs a block a row (8-byte loads, its chunk
-# count compiled in: ``long_static_chunk``). Session 33 (ab/s33a-c; H200, graph replay, us, about 64 Mi
-# elements, bf16, the old rules -> the flat forward): odd 8197 87.9 -> 84.4 (runtime N), 12001 95.5 ->
-# 74.9, 24461 176.6 -> 78.5, 33333 222.1 -> 85.5, 57085 295.1 -> 106.8; 2 mod 4 18630 81.3 -> 76.0
-# (the static long forward's 4-byte loads), 36946 110.3 -> 88.8; fp16 12001 96.3 -> 74.5, 57085 304.5 ->
-# 103.3. Lost: 4 mod 8 29180 83.0 / 80.5 against 90.4 / 87.6 (bf16 / fp16); 8 KB rows and shorter
-# (2001-6146, 4100) to the row tiles by 5-100%; fp32 (4-byte loads lose nothing to alignment) to the
-# row tiles at 3001-9989 and the core's split plan at 57085 (193.0 in the random set against 237.8).
-# Persistent grids tied a block a row past 24 KB and lost 3-7% under it; chunks of 16 KB lost under
-# 40 KB (18630: 88.4 against 76.0), 8 KB past it (57085: 113.9 against 106.8).
-FLAT_MIN_BYTES = 16 * 1024
+# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of odd 16-bit rows of FLAT_MIN_BYTES
+# or more (which the long kernel gathers 2 bytes at a time), read as one flat array where the caller's
+# rows are contiguous end to end (plan's ``flat``): each row's interior 16 bytes a load, its head and
+# tail (fewer than 16 bytes each) element by element, its weight from FLAT_ALIGN_BYTES / element size
+# shifted copies; its sum of squares the same at every position (kernels._exact_sum: batch
+# invariance). A block a row, FLAT_CHUNK_BYTES chunks at FLAT_BLOCKS blocks an SM, past
+# LONG_UNROLL_MAX_CHUNKS of them LONG_WIDE_CHUNK_BYTES chunks at LONG_MIN_BLOCKS (the static long
+# forward's chunks); the row length compiled in (static) where a row's interior holds at least
+# FLAT_STATIC_MIN_CHUNKS whole chunks (SASS: one whole chunk compiled in spills 264-608 bytes, 8197 /
+# 10001-16385; two to 31 hold no stack). Session 33 (ab/s33a-e; H200, graph replay, us, about 64 Mi
+# elements, bf16, the old rules -> the flat forward). Before the invariant sum (s33a-c, position-
+# dependent rstd, not shipped): odd 8197 87.9 -> 84.4, 12001 95.5 -> 74.9, 24461 176.6 -> 78.5, 57085
+# 295.1 -> 106.8; 2 mod 4 18630 81.3 -> 76.0; fresh lengths 1.06-1.66x (s33d). With it (s33e): 57085
+# 297.5 -> 138.3, 24461 175.1 -> 169.8 (a tie), but 8197 87.7 -> 110.2, 12001 95.4 -> 116.2, 18630
+# 80.0 -> 101.7 (the masked head gather, the tail's 2-byte chunk and the exact sum cost every row
+# more than the shorter rows' old kernels lose), hence odd rows only, from 48 KB (the tie at 47.8 KB).
+# fp32 (4-byte loads lose nothing to alignment) lost to the row tiles at 3001-9989 and to the core's
+# split plan at 57085 (s33a).
+FLAT_MIN_BYTES = 48 * 1024
 FLAT_CHUNK_BYTES = 8 * 1024
 FLAT_BLOCKS = 4
-FLAT_WARPS = 8
+FLAT_WARPS = 8  # the long forward's (LONG_WARPS), not varied
 FLAT_STATIC_MIN_CHUNKS = 2
-FLAT_SHIFTS = 16  # bytes: the shifted copies of the weight are 16 // elem_size
+FLAT_ALIGN_BYTES = 16  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
 # W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
 # held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
@@ -1003,13 +1004,10 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
-def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward", static: bool = True) -> bool:
+def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
-    rows are contiguous end to end (FLAT_* above): unaligned 16-bit rows of at least FLAT_MIN_BYTES,
-    but those of a multiple of 4 elements that the static long forward takes."""
-    if op != "forward" or elem_size != 2 or not unaligned(n, elem_size) or n * elem_size < FLAT_MIN_BYTES:
-        return False
-    return n % 4 != 0 or not long_static_chunk(n, elem_size, num_sms, static)
+    rows are contiguous end to end (FLAT_* above): odd 16-bit rows of at least FLAT_MIN_BYTES."""
+    return op == "forward" and elem_size == 2 and n % 2 == 1 and n * elem_size >= FLAT_MIN_BYTES
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
@@ -1023,7 +1021,9 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     bytes (the kernel's V)."""
     if op != "forward":
         raise ValueError("the flat rows kernel is a forward")
-    v = FLAT_SHIFTS // elem_size
+    v = FLAT_ALIGN_BYTES // elem_size
+    if n < 2 * v:
+        raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
     wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
     chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
     if occupancy is None:
@@ -1085,7 +1085,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op, static)):
+    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, op)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
