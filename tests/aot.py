@@ -515,7 +515,7 @@ def _flat_jobs(add):
                                               ("float16", K.CAST_NONE, True, True),
                                               ("bfloat16", K.CAST_GEMMA, False, True),
                                               ("float32", K.CAST_GEMMA, True, True)):  # fmt: skip
-            p = flat_plan("forward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)
+            p = flat_plan("forward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)  # the rules': 16 KB chunks
             flat, shifted = arr(x, 1, last_div=1), arr(x, 2)
             _ALIGNED[0] = False
             weight = arr(x, 1)  # a weight of any length
@@ -527,6 +527,14 @@ def _flat_jobs(add):
                 add(f"rows forward_flat {x} N={n} cast={casting} w={has_weight} rstd={store} {p}",
                     RL._VARIANTS["forward_flat", False][p.hints],
                     [dict(values, N=n)[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
+            if casting == K.CAST_LLAMA:  # a probe's 8 KB chunks at 4 blocks (bench/NOTES.md, session 33)
+                q = flat_plan("forward", 4099, 1, 12001, ELEMENT_BYTES[x], 132)
+                small = dict(values, N=0, **RL.constants(q, casting, has_weight, store))
+                add(
+                    f"rows forward_flat {x} N=0 cast={casting} 8 KB chunks {q}",
+                    RL._VARIANTS["forward_flat", False][q.hints],
+                    [small[k] for k in RL.KERNELS["forward_flat"][1]],
+                )
             if has_weight:
                 values = dict(w=weight, w_shift=shifted, TILE_N=p.widths[0])
                 add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],

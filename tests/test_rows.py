@@ -494,6 +494,41 @@ def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
 
 
+@pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
+def test_flat_rows_position_sweep(static, gen):
+    """Through the interpreter, forced flat plans of small chunks (64 elements) over row lengths
+    that put the interior's end at, before and past a chunk boundary: one row copied to 9
+    consecutive rows (every head length d of odd N; the even ones of even N) gives 9 equal
+    outputs, y and rstd (the session-33 review's sweep: the first flat forward failed 640 cases)."""
+    with interpret.interpreting():
+        for n in (17, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
+            x, _, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
+            x[3:12] = x[2]
+            p = dataclasses.replace(flat_plan("forward", 13, 1, n, 2, SMS, chunk=64, static=static), grid=3)
+            y = nan_like(x.shape, x.dtype, "cpu")
+            rstd = nan_like(x.shape[:-1], torch.float32, "cpu")
+
+            def run(device, stream, p=p, x=x, w=w, y=y, rstd=rstd, n=n):
+                RL.run_forward(p, x.view(13, 1, n), w, y.view(13, 1, n), rstd.view(13, 1), EPS, 0.0, 0, device,
+                               stream, empty=lambda shape: torch.full(shape, float("nan"), dtype=w.dtype))  # fmt: skip
+
+            launch_on_device(x, run)
+            for r in range(3, 12):
+                assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), (n, r)
+
+
+def test_flat_rows_keep_nan_and_inf(dev, gen):
+    """A NaN or an inf in a flat row reaches its rstd and y (the exact sum's int64 conversion
+    would drop a NaN: kernels._exact_sum falls back to the plain sum)."""
+    x, _, w = make_inputs((5, 24577), torch.bfloat16, dev, generator=gen)
+    x[1, 100] = x[1, 5000] = float("nan")  # two NaN lanes (their int64s would cancel)
+    x[3, 7] = float("inf")
+    with torch.no_grad():
+        y, rstd = rms_norm_forward(x, w, EPS)
+    assert torch.isnan(rstd[1]) and torch.isnan(y[1]).all()
+    assert rstd[3] == 0 and torch.isfinite(rstd[[0, 2, 4]]).all() and torch.isfinite(y[[0, 2, 4]]).all()
+
+
 def test_flat_rows_fp32_weight(dev, gen):
     """The flat forward with an fp32 weight beside 16-bit x (its shifted copies fp32), every
     casting mode, against float64."""
@@ -506,7 +541,7 @@ def test_flat_rows_fp32_weight(dev, gen):
 
 
 def test_default_forward_takes_flat_rows_where_contiguous(monkeypatch, gen):
-    """mode None: unaligned rows past FLAT_MIN_BYTES run the flat forward where x is contiguous,
+    """mode None: odd 16-bit rows past FLAT_MIN_BYTES run the flat forward where x is contiguous,
     the rows' own kernels where it is a strided view (never a copy); the launcher refuses a flat
     plan on rows that are not contiguous, and one with a weight but no workspace allocator."""
     kinds = []

@@ -861,9 +861,9 @@ def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: 
 # its interior [a, b) (a, b: the multiples of V = 16 bytes / element nearest inside) starts and
 # ends 16-byte aligned where the array's base is (the JIT specializes on that: on another base
 # the same code loads narrower, with the same results), so a slice of the flat array from a loads
-# and stores it 16 bytes a thread,
-# where a row-shaped view of such rows proves 2 (odd N) or 4 / 8 bytes. The head [rN, a) and the
-# tail [b, rN + N), fewer than V elements each, are gathered and scattered element by element. The
+# and stores it 16 bytes a thread, where a row-shaped view of such rows proves 2 (odd N) or 4 / 8
+# bytes. y of the head [rN, a) and the tail [b, rN + N), fewer than V elements each, is gathered
+# and scattered element by element (their squares: _flat_row, position-free). The
 # weight of the interior starts at column d = a - rN (0 <= d < V), not aligned either: it is read
 # from w_shift, V copies of the weight, copy d shifted left by d (rows_weight_shift writes them
 # before each forward), so that row d of it starts column d on a 16-byte boundary.
@@ -881,7 +881,7 @@ def rows_weight_shift(w, w_shift, TILE_N: C_INT):
 
 @tile_function
 def _flat_squares(xs, j, TILE_N: C_INT, CHECK: C_BOOL):
-    """(TILE_N,) fp32 squares of chunk j of a row's interior slice xs (0 past its end where CHECK)."""
+    """(TILE_N,) fp32 squares of chunk j of a slice xs of a row (0 past its end where CHECK)."""
     if CHECK:
         f = ct.astype(ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False), ct.float32)
     else:
@@ -938,9 +938,10 @@ def _exact_sum(acc):
     """(1,) fp32 sum of a 1-D tile of non-negative fp32 values that does not depend on where in
     the tile each value sits: each is scaled by a power of two (from the largest's exponent) and
     truncated to an int64 (a value at a time: the same bits wherever it sits), the int64s summed
-    exactly, the total scaled back; a lane more than 2^48 below the largest loses what lies
-    below (a relative error under 2^-34 at T = 2^14). Non-finite tiles take the plain sum."""
-    top = ct.max(acc, axis=0, keepdims=True)
+    exactly, the total scaled back; each lane loses what lies 2^48 below the largest (a relative
+    error under (T - 1) 2^-47: 2^-34 at T = 2^13). Tiles holding an inf or a NaN take the plain
+    sum (a NaN lane would not survive the conversion to int64)."""
+    top = ct.max(acc, axis=0, keepdims=True, propagate_nan=True)  # a NaN lane: the plain sum
     exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
     bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
     scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every lane under 2^48
@@ -997,8 +998,8 @@ def rows_fwd_flat(x, w, w_shift, y, rstd_out, eps, offset, n, N: C_INT, TILE_N: 
                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd_long for flat rows (above): x and y are the rows as one flat array of rows x n
     elements, rstd_out (rows,) fp32, w (n,), w_shift (V, W) from rows_weight_shift. Blocks stride
-    over the rows; a row's interior is read twice in TILE_N chunks (its squares, then y: the
-    second time from L2). N > 0 (static): the row length compiled in (n == N), and with it the
+    over the rows; a row is read twice in TILE_N chunks (its squares from a to its end, then y of
+    its interior: the second time from L2). N > 0 (static): the row length compiled in (n == N), and with it the
     counts of chunks every row holds whole, from a to its end (N - (V - 1)) // TILE_N and in its
     interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted."""
     if N > 0:
