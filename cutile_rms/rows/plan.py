@@ -564,8 +564,9 @@ LONG_L2_SHARE = 0.5
 # invariance). A block a row, FLAT_CHUNK_BYTES chunks at FLAT_BLOCKS blocks an SM, past
 # LONG_UNROLL_MAX_CHUNKS of them LONG_WIDE_CHUNK_BYTES chunks at LONG_MIN_BLOCKS (the static long
 # forward's chunks); the row length compiled in (static) where a row's interior holds at least
-# FLAT_STATIC_MIN_CHUNKS whole chunks (SASS: one whole chunk compiled in spills 264-608 bytes, 8197 /
-# 10001-16385; two to 31 hold no stack). Session 33 (ab/s33a-e; H200, graph replay, us, about 64 Mi
+# FLAT_STATIC_MIN_CHUNKS whole chunks (SASS of the first version: one whole chunk compiled in spilled
+# 264-608 bytes, 8197 / 10001-16385; two to 31 held no stack; the rule's rows, all past 40 KB, take
+# the 16 KB chunks: the 8 KB ones serve probes). Session 33 (ab/s33a-e; H200, graph replay, us, about 64 Mi
 # elements, bf16, the old rules -> the flat forward). Before the invariant sum (s33a-c, position-
 # dependent rstd, not shipped): odd 8197 87.9 -> 84.4, 12001 95.5 -> 74.9, 24461 176.6 -> 78.5, 57085
 # 295.1 -> 106.8; 2 mod 4 18630 81.3 -> 76.0; fresh lengths 1.06-1.66x (s33d). With it (s33e): 57085
