@@ -8,7 +8,7 @@ local memory (spills), shared memory, and counts of the memory instructions by w
     python -m bench.probes.sass            # the built-in table of candidates
     python -m bench.probes.sass --loops CANDIDATES.json   # the innermost loop of each candidate plan
 
---loops compiles the row-tile or lanes kernel of each forward candidate of a rows_probe list
+--loops compiles the row-tile, lanes or flat kernel of each forward candidate of a rows_probe list
 (bench/probes/rows_candidates.plan_of) and reports registers, stack and its innermost loop: its
 instructions, the rows one iteration covers (from the bytes its loads read, rounded up to a
 power of two: on static layouts the loads of lanes past N are dropped) and the warp
@@ -130,7 +130,8 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
 
 
 def _loops(path: str) -> int:
-    """--loops: loop_report of every forward row-tile or lanes candidate in a rows_probe list."""
+    """--loops: loop_report of every forward row-tile or lanes candidate in a rows_probe list (a flat
+    one: its whole kernel's resources and memory instructions)."""
     import json
 
     from bench.probes.rows_candidates import plan_of
@@ -140,10 +141,20 @@ def _loops(path: str) -> int:
         cands = json.load(f)
     for c in cands:
         p = plan_of(c, c.get("persistent"))
-        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes"):
+        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat"):
+            continue
+        knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
+        if p.kind == "flat":  # no loop to read per element: the kernel's resources and memory instructions
+            kernel, params, hints = flat_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
+            r = compile_report(kernel, params, **hints)
+            ops = " ".join(f"{k} x{v}" for k, v in sorted(r["ops"].items()))
+            print(
+                f"{c['dtype']} {c['n']} [{knobs or 'rules'}] flat {p.widths[0]} {'static' if p.static else 'runtime'}: "
+                f"registers {r['REG']}, stack {r.get('STACK', 0)}, {r['instructions']} instructions: {ops}",
+                flush=True,
+            )
             continue
         r = loop_report(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
-        knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
         shape = f"{p.tile_a}x{p.tile_b}x{p.widths[0]}" + (
             f" ({p.widths[0] // p.lanes} x {p.lanes} lanes)" if p.lanes else ""
         )
