@@ -502,17 +502,11 @@ def test_flat_rows_position_sweep(static, gen):
     outputs, y and rstd (the session-33 review's sweep: the first flat forward failed 640 cases)."""
     with interpret.interpreting():
         for n in (17, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
-            x, _, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
+            x, dy, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
             x[3:12] = x[2]
             p = dataclasses.replace(flat_plan("forward", 13, 1, n, 2, SMS, chunk=64, static=static), grid=3)
-            y = nan_like(x.shape, x.dtype, "cpu")
-            rstd = nan_like(x.shape[:-1], torch.float32, "cpu")
-
-            def run(device, stream, p=p, x=x, w=w, y=y, rstd=rstd, n=n):
-                RL.run_forward(p, x.view(13, 1, n), w, y.view(13, 1, n), rstd.view(13, 1), EPS, 0.0, 0, device,
-                               stream, empty=lambda shape: torch.full(shape, float("nan"), dtype=w.dtype))  # fmt: skip
-
-            launch_on_device(x, run)
+            out = _poisoned_run(x, dy, w, "llama", 0.0, lambda device, p=p: (p, None))
+            y, rstd = out["y"], out["rstd"]
             for r in range(3, 12):
                 assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), (n, r)
 

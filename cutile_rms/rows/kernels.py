@@ -880,22 +880,25 @@ def rows_weight_shift(w, w_shift, TILE_N: C_INT):
 
 
 @tile_function
+def _flat_chunk(xs, j, TILE_N: C_INT, CHECK: C_BOOL):
+    """Chunk j of a slice xs of the flat rows: zero-padded past its end where CHECK, else unchecked."""
+    if CHECK:
+        return ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
+    else:
+        return ct.load(xs, (j,), (TILE_N,), check_bounds=False, allow_tma=False)
+
+
+@tile_function
 def _flat_squares(xs, j, TILE_N: C_INT, CHECK: C_BOOL):
     """(TILE_N,) fp32 squares of chunk j of a slice xs of a row (0 past its end where CHECK)."""
-    if CHECK:
-        f = ct.astype(ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False), ct.float32)
-    else:
-        f = ct.astype(ct.load(xs, (j,), (TILE_N,), check_bounds=False, allow_tma=False), ct.float32)
+    f = ct.astype(_flat_chunk(xs, j, TILE_N, CHECK), ct.float32)
     return f * f
 
 
 @tile_function
 def _flat_y(xs, ws, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
     """y of chunk j of a row's interior: xs, ys its slices of x and y, ws its row of w_shift."""
-    if CHECK:
-        xt = ct.load(xs, (j,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
-    else:
-        xt = ct.load(xs, (j,), (TILE_N,), check_bounds=False, allow_tma=False)
+    xt = _flat_chunk(xs, j, TILE_N, CHECK)
     if HAS_WEIGHT:
         wt = ct.reshape(ct.load(ws, (0, j), (1, TILE_N), check_bounds=False, allow_tma=False), (TILE_N,))
         wp = _weight_factor(wt, offset, CASTING)

@@ -189,13 +189,13 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
     step = FLAT_MAX_ELEMS // n // v * v
     if step == 0:
         raise ValueError(f"the flat rows forward takes rows of at most {FLAT_MAX_ELEMS // v} elements, got {n}")
+    base = dict(constants(p, casting, has_weight, rf is not None), eps=float(eps), offset=float(offset), n=n,
+                N=n if p.static else 0, w_shift=shifted if has_weight else y.reshape(rows, n))  # fmt: skip
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         xs = xf[r0 * n : r1 * n]
-        values = constants(p, casting, has_weight, rf is not None)
-        values.update(x=xs, w=weight if has_weight else xs, w_shift=shifted if has_weight else y.reshape(rows, n),
-                      y=yf[r0 * n : r1 * n], rstd_out=xs if rf is None else rf[r0:r1], eps=float(eps),
-                      offset=float(offset), n=n, N=n if p.static else 0)  # fmt: skip
+        values = dict(base, x=xs, w=weight if has_weight else xs, y=yf[r0 * n : r1 * n],
+                      rstd_out=xs if rf is None else rf[r0:r1])  # fmt: skip
         launch(stream, (min(p.grid, r1 - r0),), kernel, arguments("forward_flat", values))
 
 

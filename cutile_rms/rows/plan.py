@@ -576,11 +576,11 @@ LONG_L2_SHARE = 0.5
 # fp32 (4-byte loads lose nothing to alignment) lost to the row tiles at 3001-9989 and to the core's
 # split plan at 57085 (s33a).
 FLAT_MIN_BYTES = 48 * 1024
-FLAT_CHUNK_BYTES = 8 * 1024
+FLAT_CHUNK_BYTES = LONG_CHUNK_BYTES["forward"]
 FLAT_BLOCKS = 4
-FLAT_WARPS = 8  # the long forward's (LONG_WARPS), not varied
+FLAT_WARPS = LONG_WARPS["forward"]  # not varied
 FLAT_STATIC_MIN_CHUNKS = 2
-FLAT_ALIGN_BYTES = 16  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
+FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
 # W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
 # held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
@@ -1027,9 +1027,11 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
     wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
     chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
-    if occupancy is None:
+    if occupancy is None and wide:
+        occupancy = LONG_MIN_BLOCKS
+    elif occupancy is None:  # (8 KB chunks: probes, and rows the rule leaves to other kernels)
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
-        occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(LONG_MIN_BLOCKS if wide else FLAT_BLOCKS, fit)))
+        occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(FLAT_BLOCKS, fit)))
     grid = max(1, min(a * b, num_sms * occupancy)) if persistent else a * b
     static = static and (n - 2 * (v - 1)) // chunk >= FLAT_STATIC_MIN_CHUNKS
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or FLAT_WARPS, occupancy, grid, False, True, LOADS_GATHER, "flat",
