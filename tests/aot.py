@@ -527,14 +527,13 @@ def _flat_jobs(add):
                 add(f"rows forward_flat {x} N={n} cast={casting} w={has_weight} rstd={store} {p}",
                     RL._VARIANTS["forward_flat", False][p.hints],
                     [dict(values, N=n)[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
-            if casting == K.CAST_LLAMA:  # a probe's 8 KB chunks at 4 blocks (bench/NOTES.md, session 33)
+            if casting == K.CAST_LLAMA:  # the rules' 8 KB chunks at 4 blocks (rows up to 40 KB)
                 q = flat_plan("forward", 4099, 1, 12001, ELEMENT_BYTES[x], 132)
-                small = dict(values, N=0, **RL.constants(q, casting, has_weight, store))
-                add(
-                    f"rows forward_flat {x} N=0 cast={casting} 8 KB chunks {q}",
-                    RL._VARIANTS["forward_flat", False][q.hints],
-                    [small[k] for k in RL.KERNELS["forward_flat"][1]],
-                )
+                for n in (0, 12001):
+                    small = dict(values, N=n, **RL.constants(q, casting, has_weight, store))
+                    add(f"rows forward_flat {x} N={n} cast={casting} 8 KB chunks {q}",
+                        RL._VARIANTS["forward_flat", False][q.hints],
+                        [small[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
             if has_weight:
                 values = dict(w=weight, w_shift=shifted, TILE_N=p.widths[0])
                 add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],

@@ -6,6 +6,7 @@ many to a tile, and head views of a fused QKV projection read in place."""
 import dataclasses
 import inspect
 
+import numpy as np
 import pytest
 import torch
 
@@ -430,22 +431,24 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
 
 
 def test_flat_rule():
-    """The flat forward takes odd 16-bit rows of FLAT_MIN_BYTES or more where the caller allows it
-    (flat=None: rows contiguous end to end), a block a row, 16 KB chunks at 2 blocks an SM past
-    5 chunks of 8 KB (all of its rows), the row length compiled in where two whole chunks fit a
-    row's interior; never the backward, fp32, even rows, shorter rows or a caller that did not
-    allow it."""
-    for n in (24577, 33333, 57085, 200001):
-        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES
+    """The flat forward takes odd 16-bit rows of FLAT_MIN_BYTES[2] or more and 2 mod 4 ones of
+    FLAT_MIN_BYTES[4] or more where the caller allows it (flat=None: rows contiguous end to end), a
+    block a row, 8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length
+    compiled in where two whole chunks fit a row's interior; never the backward, fp32, 4 mod 8 or
+    8 | N rows, shorter rows or a caller that did not allow it."""
+    cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
+             32770: (8192, 2), 63566: (8192, 2)}  # fmt: skip
+    for n, (chunk, blocks) in cases.items():
+        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES[(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
-        want = ("flat", 8192, 2, 1176, True, 8)
+        want = ("flat", chunk, blocks, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
             assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
     small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
     assert (small.widths[0], small.occupancy, small.static) == (4096, 4, False)
-    for n, es in ((24575, 2), (29180, 2), (36946, 2), (8197, 2), (8192 + 8, 2), (30001, 4)):
+    for n, es in ((11999, 2), (32766, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (32768, 2), (30001, 4)):
         p = plan("forward", 99, 1, n, es, SMS, flat=None)
         assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
     assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
@@ -471,7 +474,8 @@ def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
     assert torch.equal(alone[0], whole[0][:13]) and torch.equal(alone[1], whole[1][:13])
 
 
-@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 33333)], ids=str)
+@pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 33333), (torch.bfloat16, 32770)],
+                         ids=str)  # fmt: skip
 def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
     """A row's bits on the flat forward do not depend on where it sits (batch invariance): its
     loads start where r N mod 8 puts them, and its sum's lanes add exactly (kernels._exact_sum).
@@ -481,7 +485,7 @@ def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
     real = RL.run_forward
     monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
     x, _, w = make_inputs((21, n), dtype, dev, generator=gen)
-    x[5:13] = x[4]  # rows 4-12 equal: 9 rows, every residue of r N mod 8 for odd N
+    x[5:13] = x[4]  # rows 4-12 equal: 9 rows, every residue of r N mod 8 (odd N; the even ones of even N)
     with torch.no_grad():
         y, rstd = rms_norm_forward(x, w, EPS)
         assert kinds[-1] == "flat"
@@ -494,12 +498,35 @@ def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
 
 
+def _left_to_right(fn, x, axis, keepdims, name):
+    """interpret._reduce in another order: element by element along the axis (a GPU's order is
+    the compiler's; the interpreter's own, by halves, happens to give a rotated tile's sum the
+    same bits, so a kernel relying on that would pass with it)."""
+    nd = x.ndim
+    axes = (
+        tuple(range(nd)) if axis is None else tuple(int(a) % nd for a in (axis if isinstance(axis, tuple) else (axis,)))
+    )
+    keep = [d for d in range(nd) if d not in axes]
+    a = np.transpose(x.numpy(), keep + list(axes))
+    a = a.reshape(a.shape[: len(keep)] + (-1,))
+    r = a[..., 0]
+    with np.errstate(all="ignore"):
+        for k in range(1, a.shape[-1]):
+            r = fn(r, a[..., k]).astype(a.dtype, copy=False)
+    if keepdims:
+        r = r.reshape(tuple(1 if d in axes else x.shape[d] for d in range(nd)))
+    return interpret.Tile(np.asarray(r), x.dtype)
+
+
 @pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
-def test_flat_rows_position_sweep(static, gen):
+def test_flat_rows_position_sweep(static, monkeypatch, gen):
     """Through the interpreter, forced flat plans of small chunks (64 elements) over row lengths
     that put the interior's end at, before and past a chunk boundary: one row copied to 9
     consecutive rows (every head length d of odd N; the even ones of even N) gives 9 equal
-    outputs, y and rstd (the session-33 review's sweep: the first flat forward failed 640 cases)."""
+    outputs, y and rstd (the session-33 review's sweep: the first flat forward failed 640 cases);
+    reductions run left to right here, so that a sum whose order the lanes' rotation changes fails
+    (with the kernel's exact sum replaced by ct.sum, 2 of the 20 cases do)."""
+    monkeypatch.setattr(interpret, "_reduce", _left_to_right)
     with interpret.interpreting():
         for n in (17, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
             x, dy, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
@@ -535,7 +562,7 @@ def test_flat_rows_fp32_weight(dev, gen):
 
 
 def test_default_forward_takes_flat_rows_where_contiguous(monkeypatch, gen):
-    """mode None: odd 16-bit rows past FLAT_MIN_BYTES run the flat forward where x is contiguous,
+    """mode None: long odd 16-bit rows (FLAT_MIN_BYTES) run the flat forward where x is contiguous,
     the rows' own kernels where it is a strided view (never a copy); the launcher refuses a flat
     plan on rows that are not contiguous, and one with a weight but no workspace allocator."""
     kinds = []
@@ -660,8 +687,8 @@ def test_long_plans_compile_without_spills(op, dtype, n, sass):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("dtype,n", [("bfloat16", 24577), ("float16", 33333), ("bfloat16", 57085),
-                                     ("float16", 200001)])  # fmt: skip
+@pytest.mark.parametrize("dtype,n", [("bfloat16", 12001), ("bfloat16", 24577), ("float16", 33333), ("bfloat16", 57085),
+                                     ("float16", 63566), ("float16", 200001)])  # fmt: skip
 @pytest.mark.parametrize("casting", [CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE, CK.CAST_GEMMA], ids=str)
 def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
     """The flat forward of the rules' plans holds its registers with 16-byte loads: one whole
@@ -1389,7 +1416,8 @@ def test_default_api_runs_unaligned_rows_on_the_row_tiles(monkeypatch, dtype, n,
                          ids=str)  # fmt: skip
 def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     """The public API (mode None) on unaligned 16-bit rows past the row tiles' 8192 elements: the
-    long forward on even rows (odd ones keep the row tiles); backward as the rules plan it for
+    long forward on even rows, odd ones on the row tiles or, past FLAT_MIN_BYTES, the flat
+    forward (13933); backward as the rules plan it for
     the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the two long
     kernels, test_onepass_long_backward_where_two_blocks_fit); every output against float64."""
     from cutile_rms._device import INTERPRET_DEVICE, device_info
@@ -1409,7 +1437,7 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == ("long" if n % 2 == 0 else "tile")
+    assert plans[0].kind == ("flat" if flat_fit(n, 2) else "long" if n % 2 == 0 else "tile")  # x contiguous
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:

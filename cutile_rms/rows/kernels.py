@@ -956,29 +956,34 @@ def _exact_sum(acc):
 @tile_function
 def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL: C_INT, TILE_N: C_INT, V: C_INT,
               CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
-    """rows_fwd_flat's work on row r. Its sum of squares: lane i of a (TILE_N,) accumulator adds
-    the squares of the row's columns d + i + j TILE_N in column order (d = a - rN, the head's
-    length), its head's squares first (columns c < d, in lane TILE_N - d + c), then chunks j of
-    [a, rN + N), the first FULL_Q unchecked and the rest checked (FULL_Q < 0: counted at run
-    time). Each lane then holds what lane (i + d) mod TILE_N holds for a row at d = 0, and
-    _exact_sum adds the lanes whatever their order: a row's rstd is the same at every position
-    (batch invariance). y: the interior [a, b) in chunks (FULL unchecked, likewise), the head and
-    tail element by element."""
+    """rows_fwd_flat's work on row r. Its sum of squares reads [lo, b) in chunks (lo: the 16-byte
+    boundary at or before the row's start; b: the last one inside its end; so 16 bytes a load
+    throughout; the first FULL_Q chunks unchecked, the rest checked; FULL_Q < 0: counted at run
+    time), the columns before the row's start masked out of the first chunk, then adds the
+    tail's squares at their lanes (one V-lane group) last: lane i of the (TILE_N,) accumulator
+    holds the row's columns i - d + j TILE_N (d = rN - lo < V) in column order, what lane
+    (i - d) mod TILE_N holds for the same row at d = 0. _exact_sum adds the lanes whatever their
+    order: a row's rstd is the same at every position (batch invariance). y: the interior [a, b)
+    in chunks (FULL unchecked, likewise), the head and tail element by element."""
     s = r * n
     e = s + n
+    lo = ct.assume_divisible_by(s // V * V, V)
     a = ct.assume_divisible_by((s + V - 1) // V * V, V)
     b = ct.assume_divisible_by(e // V * V, V)
     xh, wh = _flat_edge(x, w, s, 0, a, V, HAS_WEIGHT)  # the head and tail first: their loads
     xt, wt = _flat_edge(x, w, b, b - s, e, V, HAS_WEIGHT)  # are in flight while the chunks are
     lane = ct.arange(TILE_N, dtype=ct.int32)
-    head = ct.astype(ct.gather(x, lane + (a - TILE_N), mask=lane >= TILE_N - (a - s), padding_value=0), ct.float32)
-    acc = head * head
-    xq = x.slice(axis=0, start=a, stop=e)
-    full_q = FULL_Q if FULL_Q >= 0 else (e - a) // TILE_N
-    for j in range(full_q):
+    xq = x.slice(axis=0, start=lo, stop=b)
+    full_q = FULL_Q if FULL_Q >= 0 else (b - lo) // TILE_N
+    acc = ct.where(lane >= s - lo, _flat_squares(xq, 0, TILE_N, True), 0.0)
+    for j in range(1, full_q):
         acc += _flat_squares(xq, j, TILE_N, False)
-    for j in range(full_q, ct.cdiv(e - a, TILE_N)):
+    for j in range(max(1, full_q), ct.cdiv(b - lo, TILE_N)):
         acc += _flat_squares(xq, j, TILE_N, True)
+    groups = TILE_N // V  # the tail's columns are the last of their lanes: added last, in column order
+    tail = ct.astype(xt, ct.float32)
+    at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == (b - lo) // V % groups
+    acc = ct.reshape(ct.reshape(acc, (groups, V)) + ct.where(at, ct.reshape(tail * tail, (1, V)), 0.0), (TILE_N,))
     rstd = ct.rsqrt(_exact_sum(acc) * (1.0 / n) + eps)
     xs = x.slice(axis=0, start=a, stop=b)
     ys = y.slice(axis=0, start=a, stop=b)
@@ -1001,10 +1006,10 @@ def rows_fwd_flat(x, w, w_shift, y, rstd_out, eps, offset, n, N: C_INT, TILE_N: 
                   HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd_long for flat rows (above): x and y are the rows as one flat array of rows x n
     elements, rstd_out (rows,) fp32, w (n,), w_shift (V, W) from rows_weight_shift. Blocks stride
-    over the rows; a row is read twice in TILE_N chunks (its squares from a to its end, then y of
-    its interior: the second time from L2). N > 0 (static): the row length compiled in (n == N), and with it the
-    counts of chunks every row holds whole, from a to its end (N - (V - 1)) // TILE_N and in its
-    interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted."""
+    over the rows; a row is read twice in TILE_N chunks (its squares from lo to b, then y of its
+    interior: the second time from L2). N > 0 (static): the row length compiled in (n == N), and
+    with it the counts of chunks every row holds whole, in [lo, b) (N - (V - 1)) // TILE_N and in
+    its interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted."""
     if N > 0:
         for r in range(ct.bid(0), x.shape[0] // N, ct.num_blocks(0)):
             _flat_row(x, w, w_shift, y, rstd_out, r, N, eps, offset, (N - (V - 1)) // TILE_N,

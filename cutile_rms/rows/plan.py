@@ -124,12 +124,14 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (kernels.common.CAST_LLAMA_NATIVE, the same bits but for zero signs; 1.04-1.10x on 16-bit rows whose tiles did not
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
-- session 33: the forward of odd 16-bit rows of 48 KB or more whose rows are contiguous end to end
-  (the caller's ``flat``) reads them as one flat array (``flat_plan``, kernels.rows_fwd_flat): each
-  row's 16-byte aligned interior 16 bytes a load, its head and tail element by element, its weight
-  from 8 shifted copies, its sum of squares added exactly (bf16 57085 2.15x the gathered long kernel).
-- unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of odd 16-bit ones
-  from 48 KB, contiguous, reads them flat: session 33 above): gathers on the pieces that
+- sessions 33-34: the forward of 16-bit rows whose rows are contiguous end to end (the caller's
+  ``flat``), odd ones from 24000 bytes and 2 mod 4 ones from 64 KB, reads them as one flat array
+  (``flat_plan``, kernels.rows_fwd_flat): each row's 16-byte aligned interior 16 bytes a load, its
+  head and tail element by element, its weight from 8 shifted copies, its sum of squares from
+  16-byte loads too, added exactly (bf16 57085 2.67x the gathered long kernel, 12001 1.19x the row
+  tiles, 63566 1.15x the long forward's 4-byte loads).
+- unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long odd and
+  2 mod 4 16-bit ones, contiguous, reads them flat: sessions 33-34 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
@@ -155,6 +157,7 @@ depend on what the process ran before (a bounded cache, not the batch).
 """
 
 import functools
+import math
 from dataclasses import dataclass
 
 from cutile_rms.rows.kernels import LOADS_GATHER, LOADS_PLAIN
@@ -556,26 +559,31 @@ ONEPASS_MAX_BLOCKS = 2
 CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of odd 16-bit rows of FLAT_MIN_BYTES
-# or more (which the long kernel gathers 2 bytes at a time), read as one flat array where the caller's
-# rows are contiguous end to end (plan's ``flat``): each row's interior 16 bytes a load, its head and
-# tail (fewer than 16 bytes each) element by element, its weight from FLAT_ALIGN_BYTES / element size
-# shifted copies; its sum of squares the same at every position (kernels._exact_sum: batch
-# invariance). A block a row, FLAT_CHUNK_BYTES chunks at FLAT_BLOCKS blocks an SM, past
-# LONG_UNROLL_MAX_CHUNKS of them LONG_WIDE_CHUNK_BYTES chunks at LONG_MIN_BLOCKS (the static long
-# forward's chunks); the row length compiled in (static) where a row's interior holds at least
-# FLAT_STATIC_MIN_CHUNKS whole chunks (SASS of the first version: one whole chunk compiled in spilled
-# 264-608 bytes, 8197 / 10001-16385; two to 31 held no stack; the rule's rows, all past 40 KB, take
-# the 16 KB chunks: the 8 KB ones serve probes). Session 33 (ab/s33a-e; H200, graph replay, us, about 64 Mi
-# elements, bf16, the old rules -> the flat forward). Before the invariant sum (s33a-c, position-
-# dependent rstd, not shipped): odd 8197 87.9 -> 84.4, 12001 95.5 -> 74.9, 24461 176.6 -> 78.5, 57085
-# 295.1 -> 106.8; 2 mod 4 18630 81.3 -> 76.0; fresh lengths 1.06-1.66x (s33d). With it (s33e): 57085
-# 297.5 -> 138.3, 24461 175.1 -> 169.8 (a tie), but 8197 87.7 -> 110.2, 12001 95.4 -> 116.2, 18630
-# 80.0 -> 101.7 (the masked head gather, the tail's 2-byte chunk and the exact sum cost every row
-# more than the shorter rows' old kernels lose), hence odd rows only, from 48 KB (the tie at 47.8 KB).
-# fp32 (4-byte loads lose nothing to alignment) lost to the row tiles at 3001-9989 and to the core's
-# split plan at 57085 (s33a).
-FLAT_MIN_BYTES = 48 * 1024
+# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose byte length
+# is not a multiple of 8, long enough that the old kernels' narrow loads cost more than the flat
+# kernel's fixed work a row (FLAT_MIN_BYTES by the widest load such a row's own layout allows: 2
+# bytes for odd rows, 4 for 2 mod 4 ones; 4 mod 8 rows keep the static long forward's 8-byte loads),
+# read as one flat array where the caller's rows are contiguous end to end (plan's ``flat``): each
+# row's interior 16 bytes a load, its head and tail (fewer than 16 bytes each) element by element,
+# its weight from FLAT_ALIGN_BYTES / element size shifted copies; its sum of squares the same at
+# every position (kernels._flat_row, _exact_sum: batch invariance). A block a row, FLAT_CHUNK_BYTES
+# chunks at FLAT_BLOCKS blocks an SM, past LONG_UNROLL_MAX_CHUNKS of them LONG_WIDE_CHUNK_BYTES
+# chunks at LONG_MIN_BLOCKS (the static long forward's chunks); the row length compiled in (static)
+# where a row's interior holds at least FLAT_STATIC_MIN_CHUNKS whole chunks (SASS of the first
+# version: one whole chunk compiled in spilled 264-608 bytes, 8197 / 10001-16385; two to 31 held no
+# stack). H200, graph replay, us, about 64 Mi elements, bf16 unless named, the old rules -> the flat
+# forward. Session 33 (ab/s33a-e), a first version whose rstd depended on the row's position (not
+# shipped): odd 8197 87.9 -> 84.4, 12001 95.5 -> 74.9, 24461 176.6 -> 78.5, 57085 295.1 -> 106.8;
+# 2 mod 4 18630 81.3 -> 76.0, 19134 80.4 -> 75.7, 35878 102.2 -> 87.3, 42014 124.5 -> 95.1, 65022 126.8
+# -> 110.0, fp16 47418 130.6 -> 96.3; random set 30518 92.5 (old, s34a) against 95.1. Session 34
+# (ab/s34a-b), the shipped sum (16-byte loads of [lo, b), the exact sum): odd 12001 95.4 -> 80.3,
+# 24461 175.0 -> 86.1, 57085 295.9 -> 110.8; 2 mod 4 18630 80.4 -> 80.9, 63566 125.8 -> 109.3 (the
+# same kernel with ct.sum, not batch invariant: 75.9-106.7, 2-8% faster; a fold by halves, invariant
+# with plain fp32 adds: 120-160, its shared-memory steps mio-throttled, ncu ab/s34b-ncu.log). So
+# odd rows from the shortest measured win (12001: 24002 bytes), 2 mod 4 rows from 64 KB (between
+# 30518's loss and 35878's gain). fp32 (4-byte loads lose nothing to alignment) lost to the row tiles
+# at 3001-9989 and to the core's split plan at 57085 (s33a).
+FLAT_MIN_BYTES = {2: 24000, 4: 64 * 1024}
 FLAT_CHUNK_BYTES = LONG_CHUNK_BYTES["forward"]
 FLAT_BLOCKS = 4
 FLAT_WARPS = LONG_WARPS["forward"]  # not varied
@@ -1007,8 +1015,10 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
 
 def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
-    rows are contiguous end to end (FLAT_* above): odd 16-bit rows of at least FLAT_MIN_BYTES."""
-    return op == "forward" and elem_size == 2 and n % 2 == 1 and n * elem_size >= FLAT_MIN_BYTES
+    rows are contiguous end to end (FLAT_* above): 16-bit rows of at least FLAT_MIN_BYTES[the
+    widest load their own layout allows] (odd and 2 mod 4 rows)."""
+    row_bytes = n * elem_size
+    return op == "forward" and elem_size == 2 and row_bytes >= FLAT_MIN_BYTES.get(row_bytes & -row_bytes, math.inf)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
