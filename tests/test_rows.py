@@ -18,6 +18,7 @@ from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import (
+    FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
     MAX_ROW_ELEMS,
     OPS,
@@ -446,6 +447,10 @@ def test_flat_rule():
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
             assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
+    top = FLAT_MAX_ELEMS // 8  # the longest row a launch's parts hold (rows.launch)
+    assert flat_fit(top, 2) and not flat_fit(top + 2, 2)
+    with pytest.raises(ValueError, match="at most 16384"):
+        flat_plan("forward", 9, 1, 57085, 2, SMS, chunk=2**15)  # past the exact sum's lanes
     small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
     assert (small.widths[0], small.occupancy, small.static) == (4096, 4, False)
     for n, es in ((11999, 2), (32766, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (32768, 2), (30001, 4)):
@@ -479,8 +484,9 @@ def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
 def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
     """A row's bits on the flat forward do not depend on where it sits (batch invariance): its
     loads start where r N mod 8 puts them, and its sum's lanes add exactly (kernels._exact_sum).
-    One row copied to 8 consecutive rows (every head length) gives 8 equal outputs; rows k.. of a
-    batch alone (a base off 16 bytes on the GPU: narrower loads) give what they give in it."""
+    One row copied to 9 consecutive rows (every head length r N mod 8 takes: all 8 for odd N, the
+    even ones for 2 mod 4) gives 9 equal outputs; rows k.. of a batch alone (a base off 16 bytes
+    on the GPU: narrower loads) give what they give in it."""
     kinds = []
     real = RL.run_forward
     monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
@@ -521,14 +527,16 @@ def _left_to_right(fn, x, axis, keepdims, name):
 @pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
 def test_flat_rows_position_sweep(static, monkeypatch, gen):
     """Through the interpreter, forced flat plans of small chunks (64 elements) over row lengths
-    that put the interior's end at, before and past a chunk boundary: one row copied to 9
-    consecutive rows (every head length d of odd N; the even ones of even N) gives 9 equal
-    outputs, y and rstd (the session-33 review's sweep: the first flat forward failed 640 cases);
-    reductions run left to right here, so that a sum whose order the lanes' rotation changes fails
-    (with the kernel's exact sum replaced by ct.sum, 2 of the 20 cases do)."""
+    from the shortest (16) past a chunk, that put the interior's end at, before and past a chunk
+    boundary: one row copied to 9 consecutive rows gives 9 equal outputs, y and rstd, at every
+    head length its N allows (all 8 for odd N, 4 for 2 mod 4, 2 for 4 mod 8 as 20 and 148, only
+    d = 0 for 136); and every row, the first and the last too, against float64 (the session-33
+    review's sweep: the first flat forward failed 640 cases). Reductions run left to right here, so
+    that a sum whose order the lanes' rotation changes fails (with the kernel's exact sum replaced
+    by ct.sum, some cases do, how many depends on the inputs)."""
     monkeypatch.setattr(interpret, "_reduce", _left_to_right)
     with interpret.interpreting():
-        for n in (17, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
+        for n in (16, 17, 20, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 148, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
             x, dy, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
             x[3:12] = x[2]
             p = dataclasses.replace(flat_plan("forward", 13, 1, n, 2, SMS, chunk=64, static=static), grid=3)
@@ -536,6 +544,10 @@ def test_flat_rows_position_sweep(static, monkeypatch, gen):
             y, rstd = out["y"], out["rstd"]
             for r in range(3, 12):
                 assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), (n, r)
+            yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+            check_all(
+                {"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.bfloat16, torch.bfloat16, "llama")
+            )
 
 
 def test_flat_rows_keep_nan_and_inf(dev, gen):

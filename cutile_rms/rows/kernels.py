@@ -931,8 +931,10 @@ def _flat_edge_y(y, xt, wt, start, stop, rstd, offset, V: C_INT, CASTING: C_INT,
     ct.scatter(y, i + start, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), mask=i < stop - start)
 
 
-# _exact_sum's fixed point: T lanes below 2^EXACT_SUM_BITS each sum below 2^62 for T <= 2^14.
+# _exact_sum's fixed point: T lanes below 2^EXACT_SUM_BITS each sum below 2^62 for T <=
+# EXACT_SUM_MAX_LANES (plan.flat_plan refuses longer chunks).
 EXACT_SUM_BITS = 48
+EXACT_SUM_MAX_LANES = 2**14
 FP32_MAX = 3.4028234663852886e38
 
 
@@ -980,7 +982,10 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
         acc += _flat_squares(xq, j, TILE_N, False)
     for j in range(max(1, full_q), ct.cdiv(b - lo, TILE_N)):
         acc += _flat_squares(xq, j, TILE_N, True)
-    groups = TILE_N // V  # the tail's columns are the last of their lanes: added last, in column order
+    # The tail's columns are the last of their lanes: added last, in column order. (A 16-bit
+    # element's square is exact in fp32, bar underflow, so an add contracted into an FMA above
+    # gives the same bits as the tail's separate multiply and add.)
+    groups = TILE_N // V
     tail = ct.astype(xt, ct.float32)
     at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == (b - lo) // V % groups
     acc = ct.reshape(ct.reshape(acc, (groups, V)) + ct.where(at, ct.reshape(tail * tail, (1, V)), 0.0), (TILE_N,))

@@ -23,7 +23,7 @@ from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.config import REDUCE_BLOCKS_PER_SM, REDUCE_TILE_G, REDUCE_TILE_N
 from cutile_rms.rmsnorm.launch import HintVariants, native_fits
 from cutile_rms.rows import kernels as K
-from cutile_rms.rows.plan import RowsPlan
+from cutile_rms.rows.plan import FLAT_MAX_ELEMS, RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
 
 __all__ = ["BACKWARD_PARAMS", "FLAT_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments",
@@ -154,10 +154,9 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
 
 
-# The flat rows forward's arrays hold at most this many elements a launch (cuda.tile's int32
-# shapes): longer inputs run in parts of a multiple of V rows, so that every part starts at the
-# alignment of the whole (16 bytes where x's base is) and its rows run as in one launch.
-FLAT_MAX_ELEMS = 2**31 - 1
+# The flat rows forward's arrays hold at most plan.FLAT_MAX_ELEMS elements a launch (cuda.tile's
+# int32 shapes): longer inputs run in parts of a multiple of V rows, so that every part starts at
+# the alignment of the whole (16 bytes where x's base is) and its rows run as in one launch.
 
 
 def _flat(a):

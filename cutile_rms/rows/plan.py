@@ -160,7 +160,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from cutile_rms.rows.kernels import LOADS_GATHER, LOADS_PLAIN
+from cutile_rms.rows.kernels import EXACT_SUM_MAX_LANES, LOADS_GATHER, LOADS_PLAIN
 
 __all__ = [
     "MAX_ROW_ELEMS",
@@ -584,6 +584,10 @@ LONG_L2_SHARE = 0.5
 # 30518's loss and 35878's gain). fp32 (4-byte loads lose nothing to alignment) lost to the row tiles
 # at 3001-9989 and to the core's split plan at 57085 (s33a).
 FLAT_MIN_BYTES = {2: 24000, 4: 64 * 1024}
+# The flat forward's arrays hold at most FLAT_MAX_ELEMS elements a launch (cuda.tile's int32 shapes):
+# longer inputs run in parts of a multiple of 16 bytes / element size rows (rows.launch), so a row
+# holds at most FLAT_MAX_ELEMS // 8 elements there.
+FLAT_MAX_ELEMS = 2**31 - 1
 FLAT_CHUNK_BYTES = LONG_CHUNK_BYTES["forward"]
 FLAT_BLOCKS = 4
 FLAT_WARPS = LONG_WARPS["forward"]  # not varied
@@ -1018,7 +1022,8 @@ def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     rows are contiguous end to end (FLAT_* above): 16-bit rows of at least FLAT_MIN_BYTES[the
     widest load their own layout allows] (odd and 2 mod 4 rows)."""
     row_bytes = n * elem_size
-    return op == "forward" and elem_size == 2 and row_bytes >= FLAT_MIN_BYTES.get(row_bytes & -row_bytes, math.inf)
+    long_enough = row_bytes >= FLAT_MIN_BYTES.get(row_bytes & -row_bytes, math.inf)
+    return op == "forward" and elem_size == 2 and long_enough and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
@@ -1037,9 +1042,11 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
     wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
     chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
+    if chunk > EXACT_SUM_MAX_LANES:
+        raise ValueError(f"the flat rows kernel's chunks hold at most {EXACT_SUM_MAX_LANES} elements, got {chunk}")
     if occupancy is None and wide:
         occupancy = LONG_MIN_BLOCKS
-    elif occupancy is None:  # (8 KB chunks: probes, and rows the rule leaves to other kernels)
+    elif occupancy is None:  # (8 KB chunks: the rule's rows up to LONG_UNROLL_MAX_CHUNKS chunks, and probes)
         fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
         occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(FLAT_BLOCKS, fit)))
     grid = max(1, min(a * b, num_sms * occupancy)) if persistent else a * b
