@@ -41,6 +41,23 @@ def test_probe_candidates_are_plans():
         assert p is not None and p.tile_a * p.tile_b == c["tile_rows"] and p.warps == c["warps"]
 
 
+def test_core_candidates_are_core_plans():
+    """A probe candidate naming "core" (a KernelConfig's fields) plans that config on the core
+    kernels, labelled by it; one without keeps the row-tile planner's plan."""
+    from bench.probes.rows_candidates import core_plan
+    from bench.probes.rows_probe import _core_label, _plan
+
+    c = dict(op="forward", dtype="float32", m=1986, n=33786,
+             core=dict(kernel="split", tile_m=1, tile_n=4096, blocks_per_sm=2, warps=8, tma_store=False))  # fmt: skip
+    p = core_plan(c)
+    assert (p.kernel, p.tile_n, p.splits, p.hints) == ("split", 4096, 9, (2, 8)) and _plan(c) == p
+    assert _core_label(c) == "core-split-1x4096-o2-w8"
+    b = core_plan(dict(c, op="backward"))
+    assert (b.kernel, b.num_chunks, b.hints) == ("split", 9, (2, 8))
+    plain = dict(op="forward", dtype="bfloat16", m=99, n=4096)
+    assert core_plan(plain) is None and _plan(plain) is not None
+
+
 def test_ncu_summary_of_a_raw_report(tmp_path):
     """bench.probes.ncu's summary reads ncu's raw page (units row, per-value units), the case
     column profile() adds, and picks the top stall reasons."""

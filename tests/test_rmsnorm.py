@@ -294,6 +294,34 @@ def check_run_forward(x, w, info, stream):
 H200_INFO = DeviceInfo(0, 132, (9, 0), "NVIDIA H200")  # plans from the shipped sm_90 table
 
 
+def test_run_given_a_plan(dev, gen):
+    """run_forward / run_backward run a plan they are given (probes: bench.probes.rows_candidates
+    core_plan) instead of the planner's: a split config of 3 blocks a row, forward and backward,
+    against the reference; a split plan without the int64 allocator is refused before a launch."""
+    stream, info = launch_target(torch.device(dev))
+    m, n = 7, 700
+    x, dy, w = make_inputs((m, n), torch.bfloat16, dev, generator=gen)
+    cfg = C.split(1, 256, 1, 4)
+    fplan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
+    bplan = C.backward_plan_from(cfg, cfg, m, n, info.num_sms)
+    assert (fplan.kernel, fplan.splits, bplan.kernel, bplan.num_chunks) == ("split", 3, "split", 3)
+    yr, rstd_r, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS, 0.0)
+    y, rstd = nan_like((m, n), x.dtype, dev), nan_like((m,), torch.float32, dev)
+    dx, dw = nan_like((m, n), x.dtype, dev), nan_like((n,), w.dtype, dev)
+    code = casting_code("llama", False)
+    with pytest.raises(ValueError, match="int64"):
+        run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, plan=fplan)
+    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x), plan=fplan)
+
+    def empty_f32(shape):
+        return torch.full(shape, float("nan"), dtype=torch.float32, device=x.device)
+
+    run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, int64=_int64(x), plan=bplan)
+    _sync(dev)
+    tols = tolerances(x.dtype, w.dtype, "llama")
+    check_all({"y": y, "rstd": rstd, "dx": dx, "dw": dw}, {"y": yr, "rstd": rstd_r, "dx": dxr, "dw": dwr}, tols)
+
+
 def test_shipped_few_row_entries_run(dev, gen):
     """The shipped sm_90 few-row forward entries (tile configs, plain stores) through the core
     run_forward: training and inference forwards of decode-sized problems against the reference."""

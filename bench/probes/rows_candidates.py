@@ -72,6 +72,22 @@ def plan_of(c, persistent=None):
     return dataclasses.replace(p, static=True, unroll=unroll)
 
 
+def core_plan(c):
+    """A candidate's plan on the core kernels (cutile_rms.rmsnorm), where it names "core": the
+    fields of a config.KernelConfig ({"kernel": "split", "tile_m": 1, "tile_n": 4096,
+    "blocks_per_sm": 2, "warps": 8, "tma_store": false}, ...); a chunked backward also takes "dot",
+    its row-dot kernel's config (absent: the same config). None where it names none."""
+    from cutile_rms.rmsnorm import config as C
+
+    if "core" not in c:
+        return None
+    cfg = C.KernelConfig(**c["core"])
+    if c["op"] == "forward":
+        return C.forward_plan_from(cfg, c["m"], SMS, "persistent", c["n"])
+    dot = C.KernelConfig(**c["dot"]) if "dot" in c else cfg
+    return C.backward_plan_from(cfg, dot, c["m"], c["n"], SMS)
+
+
 def params(c):
     """The kernel's constraint list for a candidate (a 2-D input: B == 1), training flags."""
     import cuda.tile as ct

@@ -8,6 +8,9 @@ Writes $OUT/rows.csv and prints one line per shape (best of each provider).
     python -m bench.probes.rows_probe                     # PROBE_SECONDS bounds it (default 470)
     ROWS_CANDIDATES=other.json python -m bench.probes.rows_probe   # another candidate list
 
+A candidate that names "core" (the fields of a cutile_rms.rmsnorm.config.KernelConfig; "dot" for
+a chunked backward's row dot) runs that config on the core kernels (rows_candidates.core_plan),
+labelled "core-" by kernel, tile, blocks an SM and warps.
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
 occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk, flat); one that names its loads, the lanes
 kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
@@ -51,9 +54,16 @@ def make_inputs(torch, dtype, m, n, nsets, seed):
 
 
 def _plan(c, persistent=None):
-    from bench.probes.rows_candidates import plan_of
+    from bench.probes.rows_candidates import core_plan, plan_of
 
-    return plan_of(c, persistent)
+    return core_plan(c) or plan_of(c, persistent)
+
+
+def _int64(shape, zeroed):
+    """The core launchers' int64 workspace allocator (the split kernels' slots, new each launch)."""
+    import torch
+
+    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.int64, device="cuda")
 
 
 def forward_call(torch, c, x, w, y, rstd, persistent):
@@ -64,10 +74,15 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
 
     m, n = x.shape
     code = 0 if x.dtype != torch.float32 else 1  # llama / gemma (kernels.CAST_*), as the torch API picks
-    code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     info = device_info(0)
-    x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     p = _plan(c, persistent)
+    if "core" in c:  # the core kernels (llama casting, as the torch API gives them)
+        from cutile_rms.rmsnorm.launch import run_forward
+
+        stream = torch.cuda.current_stream().cuda_stream
+        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64, plan=p)
+    code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
+    x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream,
                                      empty=lambda shape: w.new_empty(shape))  # fmt: skip
 
@@ -98,8 +113,15 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
             bufs[tuple(shape)] = torch.empty(shape, device="cuda")
         return bufs[tuple(shape)]
 
+    stream = torch.cuda.current_stream().cuda_stream
+    if "core" in c:  # the core kernels
+        from cutile_rms.rmsnorm import torch_impl
+        from cutile_rms.rmsnorm.launch import run_backward
+
+        return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, int64=_int64,
+                                       as_words=torch_impl.as_words, plan=p)  # fmt: skip
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
-    return p, lambda: RL.run_backward(*args, info, torch.cuda.current_stream().cuda_stream)
+    return p, lambda: RL.run_backward(*args, info, stream)
 
 
 def warm(task):
@@ -153,9 +175,15 @@ class Recorder:
     def __call__(self, who, us, err="", c=None, p=None):
         pct = round(100 * (self.nbytes / us) / self.copy_gbps, 1) if us else ""
         kw = {}
-        if p is not None:
+        if p is not None and hasattr(p, "widths"):  # a row-tile plan
             kw = dict(tile=f"{p.tile_a}x{p.tile_b}", widths="+".join(str(w) for w in p.widths if w), warps=p.warps,
                       occupancy=p.occupancy, regs=c.get("regs", ""), grid=p.grid)  # fmt: skip
+        elif p is not None:  # a core plan (rmsnorm.config.ForwardPlan / BackwardPlan: its blocks a row)
+            occupancy, warps = p.hints
+            splits = getattr(p, "splits", getattr(p, "num_chunks", 1))
+            grid = getattr(p, "grid", getattr(p, "partial_rows", ""))
+            kw = dict(tile=f"{p.tile_m}x{p.tile_n}", widths=f"{p.kernel}/{splits}", warps=warps, occupancy=occupancy,
+                      grid=grid)  # fmt: skip
         row = dict(self.base, who=who, us=round(us, 2) if us else "", pct_copy=pct, err=err, **kw)
         self.writer.writerow(row)
         self.f.flush()
@@ -169,7 +197,7 @@ class Recorder:
             if who in self.best:
                 r = self.best[who]
                 out += f" | {who} {r['us']:7.1f} ({r['pct_copy']:5.1f}%)"
-                if who.startswith("rows"):
+                if who.startswith(("rows", "core-")):
                     out += f" [{r['tile']} {r['widths']} w{r['warps']} o{r['occupancy']} r{r['regs']}]"
         return out
 
@@ -207,6 +235,12 @@ def warm_all(shapes, cands):
     log("warmed", len(tasks), "tasks;", len(errs), "errors")
     for e in errs[:20]:
         log("  ", e)
+
+
+def _core_label(c):
+    """A core candidate's label: kernel, tile, blocks an SM, warps."""
+    k = c["core"]
+    return f"core-{k['kernel']}-{k.get('tile_m', 1)}x{k['tile_n']}-o{k['blocks_per_sm']}-w{k.get('warps')}"
 
 
 def _loads_label(c):
@@ -247,8 +281,8 @@ def time_forward(torch, rec, sets, cands):
         with torch.no_grad():
             rec("liger", Tm.graph_us([lambda s=s: LigerRMSNormFunction.apply(s[0], s[1], EPS, 0.0, "llama", False)
                                       for s in sets], 50))  # fmt: skip
-    for c in cands:  # "persistent": null in a candidate: the rules' grid only
-        for persistent in (c["persistent"],) if "persistent" in c else (False, True):
+    for c in cands:  # "persistent": null in a candidate: the rules' grid only (a core candidate: its config's)
+        for persistent in (c.get("persistent"),) if "persistent" in c or "core" in c else (False, True):
             calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
             p = calls[0][0]
             ys[0].fill_(float("nan"))
@@ -256,6 +290,7 @@ def time_forward(torch, rec, sets, cands):
             calls[0][1]()
             err = max(rel(ys[0], yref), rel(rs[0], rref))
             who = {None: "rows-rules", False: "rows", True: "rows-persistent"}[persistent] + _loads_label(c)
+            who = _core_label(c) if "core" in c else who
             if not err < _tol(dtype):
                 rec(who, None, f"wrong {err:.2e}", c, p)
                 continue
@@ -304,10 +339,11 @@ def time_backward(torch, rec, sets, cands):
         dws[0].fill_(float("nan"))
         calls[0][1]()
         err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
+        who = _core_label(c) if "core" in c else "rows" + _loads_label(c)
         if not err < _tol(dtype):
-            rec("rows" + _loads_label(c), None, f"wrong {err:.2e}", c, p)
+            rec(who, None, f"wrong {err:.2e}", c, p)
             continue
-        rec("rows" + _loads_label(c), Tm.graph_us([f for _, f in calls], 100), "", c, p)
+        rec(who, Tm.graph_us([f for _, f in calls], 100), "", c, p)
 
 
 def main():

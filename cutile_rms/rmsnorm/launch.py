@@ -277,30 +277,39 @@ def backward_plan(x, device, provides: Provides = Provides()) -> BackwardPlan:  
 def _slots(plan, int64):
     """A split plan's zeroed workspace, or None (plans are split only when int64 was given)."""
     if plan.kernel == "split":
+        if int64 is None:  # (a plan given to run_*; the planner plans no split without int64)
+            raise ValueError("a split plan needs int64(shape, zeroed) for its slots")
         return int64(plan.slots, True)
     return None
 
 
-def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, int64=None):
+def run_forward(x, weight, y, rstd, eps: float, offset: float, casting: int, mode, device, stream, int64=None,
+                plan: ForwardPlan | None = None):  # fmt: skip
     """Plan and launch the forward for (m, n) arrays x and y (m > 0) on a device (a
     _device.DeviceInfo); see :func:`launch_forward`. int64(shape, zeroed) allocates the split
-    plans' workspaces on x's device (None: plans that need one fall back to others)."""
-    plan = forward_plan(x, mode, device, Provides(slots=int64 is not None))
+    plans' workspaces on x's device (None: plans that need one fall back to others). plan: run
+    this plan instead of the planner's (probes: config.forward_plan_from; a split plan needs
+    int64)."""
+    plan = plan or forward_plan(x, mode, device, Provides(slots=int64 is not None))
     launch_forward(plan, x, weight, y, rstd, eps, offset, casting, stream, _slots(plan, int64))
 
 
 def run_backward(x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device, stream, int64=None,
-                 as_words=None):  # fmt: skip
+                 as_words=None, plan: BackwardPlan | None = None):  # fmt: skip
     """Plan the backward for (m, n) arrays (m > 0) on a device, allocate its fp32 workspaces
     with ``empty_f32(shape)`` (the caller's framework, on x's device) and launch it; see
     :func:`launch_backward`. as_words(array): an int32 view of a 16-bit array, or None (the
-    packed kernel is planned only when it is given and every view can be made)."""
+    packed kernel is planned only when it is given and every view can be made). plan: run this
+    plan instead of the planner's (probes: config.backward_plan_from; a split plan needs int64,
+    a packed one as_words)."""
     m, n = x.shape
     packable = as_words is not None and (weight is None or weight.dtype == x.dtype)
-    plan = backward_plan(x, device, Provides(slots=int64 is not None, words=packable))
+    plan = plan or backward_plan(x, device, Provides(slots=int64 is not None, words=packable))
     arrays = (x, dy, weight, dx, dw)
     half = K.HALF_BF16  # unused unless packed
     if plan.kernel == "packed":
+        if as_words is None:  # (a plan given; the planner plans no packed kernel without it)
+            raise ValueError("a packed plan needs as_words(array)")
         half = half_code(x.dtype)
         words = [None if a is None else as_words(a) for a in arrays]
         if any(v is None for a, v in zip(arrays, words, strict=False) if a is not None):  # an odd offset or row stride
