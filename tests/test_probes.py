@@ -2,6 +2,8 @@
 builds the constraints the JIT derives at launch and compiles a row-tile kernel through them,
 and every candidate of the GPU probe is a plan of today's planner."""
 
+import csv
+import io
 import json
 import os
 
@@ -45,7 +47,7 @@ def test_core_candidates_are_core_plans():
     """A probe candidate naming "core" (a KernelConfig's fields) plans that config on the core
     kernels, labelled by it; one without keeps the row-tile planner's plan."""
     from bench.probes.rows_candidates import core_plan
-    from bench.probes.rows_probe import _core_label, _plan
+    from bench.probes.rows_probe import Recorder, _core_label, _plan
 
     c = dict(op="forward", dtype="float32", m=1986, n=33786,
              core=dict(kernel="split", tile_m=1, tile_n=4096, blocks_per_sm=2, warps=8, tma_store=False))  # fmt: skip
@@ -56,6 +58,12 @@ def test_core_candidates_are_core_plans():
     assert (b.kernel, b.num_chunks, b.hints) == ("split", 9, (2, 8))
     plain = dict(op="forward", dtype="bfloat16", m=99, n=4096)
     assert core_plan(plain) is None and _plan(plain) is not None
+    out = io.StringIO()  # the probe's CSV row and summary line of a core candidate
+    writer = csv.DictWriter(out, Recorder.COLUMNS)
+    rec = Recorder(writer, out, "backward", "float32", 1986, 33786, 100.0)
+    rec(_core_label(c), 120.0, "", c, b)
+    assert "core-split-1x4096-o2-w8 " in rec.line() and "[1x4096 split/9 w8 o2 r]" in rec.line()
+    assert ",split/9,8,2,," in out.getvalue()
 
 
 def test_ncu_summary_of_a_raw_report(tmp_path):

@@ -183,7 +183,7 @@ class Recorder:
             splits = getattr(p, "splits", getattr(p, "num_chunks", 1))
             grid = getattr(p, "grid", getattr(p, "partial_rows", ""))
             kw = dict(tile=f"{p.tile_m}x{p.tile_n}", widths=f"{p.kernel}/{splits}", warps=warps, occupancy=occupancy,
-                      grid=grid)  # fmt: skip
+                      regs="", grid=grid)  # fmt: skip
         row = dict(self.base, who=who, us=round(us, 2) if us else "", pct_copy=pct, err=err, **kw)
         self.writer.writerow(row)
         self.f.flush()
@@ -238,9 +238,10 @@ def warm_all(shapes, cands):
 
 
 def _core_label(c):
-    """A core candidate's label: kernel, tile, blocks an SM, warps."""
+    """A core candidate's label: kernel, tile (and tail tile), blocks an SM, warps."""
     k = c["core"]
-    return f"core-{k['kernel']}-{k.get('tile_m', 1)}x{k['tile_n']}-o{k['blocks_per_sm']}-w{k.get('warps')}"
+    tail = f"+{k['tail']}" if k.get("tail") else ""
+    return f"core-{k['kernel']}-{k.get('tile_m', 1)}x{k['tile_n']}{tail}-o{k['blocks_per_sm']}-w{k.get('warps')}"
 
 
 def _loads_label(c):
