@@ -59,13 +59,6 @@ def _plan(c, persistent=None):
     return core_plan(c) or plan_of(c, persistent)
 
 
-def _int64(shape, zeroed):
-    """The core launchers' int64 workspace allocator (the split kernels' slots, new each launch)."""
-    import torch
-
-    return (torch.zeros if zeroed else torch.empty)(shape, dtype=torch.int64, device="cuda")
-
-
 def forward_call(torch, c, x, w, y, rstd, persistent):
     """One forward launch of candidate c on (m, n) tensors, as a closure."""
     from cutile_rms._device import device_info
@@ -78,9 +71,10 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     p = _plan(c, persistent)
     if "core" in c:  # the core kernels (llama casting, as the torch API gives them)
         from cutile_rms.rmsnorm.launch import run_forward
+        from cutile_rms.rmsnorm.torch_impl import _int64
 
         stream = torch.cuda.current_stream().cuda_stream
-        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64, plan=p)
+        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x), plan=p)
     code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream,
@@ -118,8 +112,8 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
         from cutile_rms.rmsnorm import torch_impl
         from cutile_rms.rmsnorm.launch import run_backward
 
-        return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, int64=_int64,
-                                       as_words=torch_impl.as_words, plan=p)  # fmt: skip
+        return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream,
+                                       int64=torch_impl._int64(x), as_words=torch_impl.as_words, plan=p)  # fmt: skip
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
     return p, lambda: RL.run_backward(*args, info, stream)
 

@@ -154,11 +154,6 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
 
 
-# The flat rows forward's arrays hold at most plan.FLAT_MAX_ELEMS elements a launch (cuda.tile's
-# int32 shapes): longer inputs run in parts of a multiple of V rows, so that every part starts at
-# the alignment of the whole (16 bytes where x's base is) and its rows run as in one launch.
-
-
 def _flat(a):
     """a's elements as one flat array, a view: a must be C-contiguous (torch or CuPy)."""
     contiguous = a.is_contiguous() if hasattr(a, "is_contiguous") else a.flags.c_contiguous
@@ -170,7 +165,9 @@ def _flat(a):
 def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream,
                       empty) -> None:  # fmt: skip
     """run_forward of a flat plan: the weight's shifted copies (rows_weight_shift), then the flat
-    forward over the rows, in parts of at most FLAT_MAX_ELEMS elements."""
+    forward over the rows, in parts of at most plan.FLAT_MAX_ELEMS elements (cuda.tile's int32
+    shapes) of a multiple of V rows, so that every part starts at the alignment of the whole (16
+    bytes where x's base is) and its rows run as in one launch."""
     a, b, n = x.shape
     rows, v, chunk = a * b, p.lanes, p.widths[0]
     xf, yf = _flat(x), _flat(y)

@@ -870,6 +870,12 @@ def _backward_hint(elem_size: int, width: int, rows: int, resident: int) -> int:
     return _prev_pow2(max(1, min(resident, IN_FLIGHT_BYTES // (2 * rows * width * elem_size))))
 
 
+def _l2_blocks(block_bytes: int, num_sms: int) -> int:
+    """Blocks an SM whose rows (block_bytes each, in flight at once on every SM) fit LONG_L2_SHARE
+    of L2, where the long kernels' second pass reads them."""
+    return int(LONG_L2_SHARE * L2_BYTES // (num_sms * block_bytes))
+
+
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, static: bool = True,
               unroll: bool | None = None, onepass: bool | None = None, loads: int | None = None,
@@ -891,7 +897,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     rows = a * b
     per_block = 2 * n * elem_size + 4 * -(-n // chunk) * chunk  # a row of x and dy, the dW partials
     if onepass is None:
-        fits = LONG_L2_SHARE * L2_BYTES // (num_sms * per_block) >= ONEPASS_MAX_BLOCKS
+        fits = _l2_blocks(per_block, num_sms) >= ONEPASS_MAX_BLOCKS
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
     # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
@@ -900,7 +906,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     fits = long_fit(n, elem_size, num_sms) if aligned else bool(one_row_chunk)
     one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
     if op == "forward":
-        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
+        fit = _l2_blocks(n * elem_size, num_sms)
         most = LONG_MAX_BLOCKS
         if one_row and aligned and 2 * (n % chunk) <= chunk:  # (a last chunk past half a chunk: 4, above)
             most = LONG_STATIC_MAX_BLOCKS
@@ -910,7 +916,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         one_per_row = not persistent if persistent is not None else one_row
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
     elif onepass:
-        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * per_block))
+        fit = _l2_blocks(per_block, num_sms)
         occupancy = occupancy or _prev_pow2(max(1, min(ONEPASS_MAX_BLOCKS, fit)))
         grid = max(1, min(rows, num_sms * occupancy))
     else:
@@ -978,7 +984,7 @@ def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
     there). ``long_plan`` runs the static ones with the chunk count compiled in, a block a row."""
     row = n * elem_size
     fits = (elem_size == 2 and n % VECTOR_ELEMS == 0 and n & (n - 1) != 0
-            and LONG_MAX_BLOCKS * num_sms * row <= LONG_L2_SHARE * L2_BYTES)  # fmt: skip
+            and _l2_blocks(row, num_sms) >= LONG_MAX_BLOCKS)  # fmt: skip
     if static and LONG_STATIC_MIN_BYTES <= row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]:
         return fits
     return fits and row >= LONG_MIN_BYTES
@@ -1047,7 +1053,7 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     if occupancy is None and wide:
         occupancy = LONG_MIN_BLOCKS
     elif occupancy is None:  # (8 KB chunks: the rule's rows up to LONG_UNROLL_MAX_CHUNKS chunks, and probes)
-        fit = int(LONG_L2_SHARE * L2_BYTES // (num_sms * n * elem_size))
+        fit = _l2_blocks(n * elem_size, num_sms)
         occupancy = _prev_pow2(max(LONG_MIN_BLOCKS, min(FLAT_BLOCKS, fit)))
     grid = max(1, min(a * b, num_sms * occupancy)) if persistent else a * b
     static = static and (n - 2 * (v - 1)) // chunk >= FLAT_STATIC_MIN_CHUNKS
