@@ -902,7 +902,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     onepass = onepass and op == "backward"
     # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
     # aligned rows by the chunk they run (a probe's chunk too), the others by long_static_chunk
-    aligned = elem_size == 2 and n % VECTOR_ELEMS == 0
+    aligned = vector_rows(n, elem_size, static)
     fits = long_fit(n, elem_size, num_sms) if aligned else bool(one_row_chunk)
     one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
     if op == "forward":
@@ -951,15 +951,20 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
         return LONG_WIDE_CHUNK_BYTES // elem_size if padded else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
-    if n % VECTOR_ELEMS == 0:
+    if vector_rows(n, elem_size, static):
         ok = long_fit(n, elem_size, num_sms) and row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]
         return LONG_CHUNK_BYTES["forward"] // elem_size if ok else 0
-    if n % (VECTOR_ELEMS // 2) == 0:  # 16-byte loads on static layouts: not timed on these kernels
-        return 0
     for chunk_bytes in (LONG_CHUNK_BYTES["forward"], LONG_WIDE_CHUNK_BYTES):
         if row <= LONG_UNROLL_MAX_CHUNKS * chunk_bytes:
             return chunk_bytes // elem_size
     return 0
+
+
+def vector_rows(n: int, elem_size: int, static: bool) -> bool:
+    """Whether 16-bit rows of n elements load 16 bytes at a time in the long forward: rows of a
+    multiple of VECTOR_ELEMS (what the JIT proves of a runtime layout), and on static layouts, whose
+    row stride is compiled in, of a multiple of VECTOR_ELEMS // 2 (16-byte rows: session 35)."""
+    return elem_size == 2 and n % (VECTOR_ELEMS // 2 if static else VECTOR_ELEMS) == 0
 
 
 def _long_unaligned(n: int, elem_size: int) -> bool:
@@ -983,8 +988,7 @@ def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
     whose LONG_MAX_BLOCKS rows per SM fit LONG_L2_SHARE of L2 (the second pass reads them from
     there). ``long_plan`` runs the static ones with the chunk count compiled in, a block a row."""
     row = n * elem_size
-    fits = (elem_size == 2 and n % VECTOR_ELEMS == 0 and n & (n - 1) != 0
-            and _l2_blocks(row, num_sms) >= LONG_MAX_BLOCKS)  # fmt: skip
+    fits = vector_rows(n, elem_size, static) and n & (n - 1) != 0 and _l2_blocks(row, num_sms) >= LONG_MAX_BLOCKS
     if static and LONG_STATIC_MIN_BYTES <= row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]:
         return fits
     return fits and row >= LONG_MIN_BYTES
