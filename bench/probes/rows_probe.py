@@ -246,14 +246,15 @@ def _core_label(c):
 def _loads_label(c):
     """A candidate that names its loads (rows.kernels.LOADS_*), the lanes or long-row kernels or
     runtime layouts ("static": false) is labelled by them."""
-    lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + ("-long" if c.get("long") else "")
+    lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + {True: "-long", False: "-nolong"}.get(
+        c.get("long"), "")
     static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
     unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
     lanes += f"-L{c['lane_elems']}" if c.get("lane_elems") else ""
     lanes += f"-cast{c['casting']}" if "casting" in c else ""
-    lanes += ({True: "-flat", None: "-flatrule"}[c["flat"]] + (f"-c{c['chunk']}" if c.get("chunk") else "")
-              if c.get("flat", False) is not False else "")  # fmt: skip
+    lanes += ({True: "-flat", None: "-flatrule", False: "-noflat"}[c["flat"]] + (f"-c{c['chunk']}" if c.get("chunk") else "")
+              if "flat" in c else "")  # fmt: skip
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

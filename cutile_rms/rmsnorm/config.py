@@ -193,6 +193,35 @@ def split_count(n: int, tile_n: int) -> int:
     return -(-n // tile_n)
 
 
+# The backward's split width (kernel "split"): the table's configs were tuned on powers of two, where
+# tile_n-wide segments pad nothing; other rows pad the last segment, up to 45% of the lanes (fp32
+# 9016 on 2 x 8192). narrow_split halves the width, down to SPLIT_MIN_WIDTH, while that pads
+# fewer lanes, keeps the bytes in flight an SM (blocks per SM x width) and a thread's elements
+# (SPLIT_THREAD_ELEMS: warps = width / (32 x that), 4 or 8). Session 35 (ab/s35d; H200, graph
+# replay, fp32 us, table -> narrowed): 7443 x 9016 2 x 8192 at 1 block 473.1 -> 5 x 2048 at 4 (4 warps)
+# 237.4 (3 x 4096 at 2: 291.9); 6423 x 10448 257.0 -> 3 x 4096 at 2 216.1; 3905 x 17184 245.3 ->
+# 5 x 4096 at 2 223.8. 2048 at 8 warps (8 elements a thread) ran 1.4-2.2x slower than at 4. The
+# forward keeps its width: fp32 33786 and 27859 on 4096 at 2 blocks ran 1.2-1.3x slower than
+# on the table's 8192, at 4 blocks 1.8-2.3x slower.
+SPLIT_MIN_WIDTH = 2048
+SPLIT_THREAD_ELEMS = 16
+
+
+def narrow_split(cfg: KernelConfig, n: int, max_splits: int) -> KernelConfig:
+    """A backward split config's narrowest segment width that pads a row of n elements least (a
+    wider one on a tie), within max_splits blocks a row (see SPLIT_MIN_WIDTH above)."""
+    best = cfg
+    width = cfg.tile_n // 2
+    while cfg.kernel == "split" and width >= SPLIT_MIN_WIDTH:
+        splits = split_count(n, width)
+        if splits <= max_splits and splits * width < split_count(n, best.tile_n) * best.tile_n:
+            blocks = min(OCCUPANCIES[-1], cfg.blocks_per_sm * cfg.tile_n // width)
+            warps = max(WARPS[1], min(WARPS[2], width // (32 * SPLIT_THREAD_ELEMS)))
+            best = dataclasses.replace(cfg, tile_n=width, blocks_per_sm=blocks, warps=warps)
+        width //= 2
+    return best
+
+
 SMALLEST_BUCKET = 512
 LARGEST_BUCKET = 65536  # longer rows reuse this bucket's (chunked) config
 
@@ -310,6 +339,8 @@ def kernel_config(
     if cfg.kernel == "packed" and not (provides.words and op == "backward" and elem_size == 2 and n % 2 == 0):
         cfg = dataclasses.replace(cfg, kernel="tile")
     cfg = fit_to_row(cfg, n, op)
+    if op == "backward":
+        cfg = narrow_split(cfg, n, split_blocks)
     unproven = op == "forward" and elem_size == 2 and n % SPLIT_VECTOR_ELEMS != 0  # (SPLIT_VECTOR_ELEMS above)
     if cfg.kernel == "split" and (split_count(n, cfg.tile_n) > split_blocks or unproven):
         return fit_to_row(DEFAULT_TABLE[op][b], n, op)
@@ -583,5 +614,9 @@ def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, fro
                     tn = 1 << k
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
                     add(op, dataclasses.replace(cfg, tile_m=tm, tile_n=tn), sizes)
+    for cfg, sizes in list(out["backward"].items()):  # the narrowed widths of split rows (narrow_split)
+        for k in range(1, cfg.tile_n.bit_length()):
+            if cfg.kernel == "split" and cfg.tile_n >> k >= SPLIT_MIN_WIDTH:
+                add("backward", narrow_split(cfg, (cfg.tile_n >> k) + 1, MAX_SPLIT), sizes)
     add("forward", GATHER, both)
     return out
