@@ -42,13 +42,13 @@ def _torch(xp, a):
 
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 @pytest.mark.parametrize("shape", [(3, 7, 200), (5, 9000), (3, 7, 64), (2, 3, 24577)],
-                         ids=["tile", "chunked", "short", "flat (fp16)"])  # fmt: skip
+                         ids=["tile", "chunked", "short", "flat"])  # fmt: skip
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cupy_matches_reference_and_torch(xp, dtype, shape, has_weight, offset, gen):
-    if shape[-1] == 24577:  # the flat rows forward's shape: its rule takes it for 16-bit rows
+    if shape[-1] == 24577:  # the flat rows forward's shape: its rule takes it for 16-bit and fp32 rows
         from cutile_rms.rows import plan as rows_plan
 
-        assert rows_plan.flat_fit(24577, 2) and not rows_plan.flat_fit(24577, 4)
+        assert rows_plan.flat_fit(24577, 2, 132) and rows_plan.flat_fit(24577, 4, 132)
     x, dy, w = make_inputs(shape, dtype, "cpu", has_weight=has_weight, offset=offset, generator=gen)
     xa, dya = _to(xp, x), _to(xp, dy)
     wa = None if w is None else _to(xp, w)

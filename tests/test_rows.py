@@ -432,30 +432,38 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
 
 
 def test_flat_rule():
-    """The flat forward takes odd 16-bit rows of FLAT_MIN_BYTES[2] or more and 2 mod 4 ones of
-    FLAT_MIN_BYTES[4] or more where the caller allows it (flat=None: rows contiguous end to end), a
-    block a row, 8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length
-    compiled in where two whole chunks fit a row's interior; never the backward, fp32, 4 mod 8 or
-    8 | N rows, shorter rows or a caller that did not allow it."""
+    """The flat forward takes 16-bit odd, 2 mod 4 and 8 mod 16 rows and fp32 odd and 2 mod 4 rows
+    of FLAT_MIN_BYTES[element size][their low bit] or more where the caller allows it (flat=None:
+    rows contiguous end to end), fp32 ones while 2 an SM fit FLAT_FP32_L2_SHARE of L2; a block a row,
+    8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
+    where two whole chunks fit a row's interior; never the backward, 16-bit 4 mod 8 or 16 | N rows,
+    fp32 4 | N rows, shorter rows or a caller that did not allow it."""
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
-             32770: (8192, 2), 63566: (8192, 2)}  # fmt: skip
+             32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
-        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES[(2 * n) & -(2 * n)]
+        assert flat_fit(n, 2, SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
         want = ("flat", chunk, blocks, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
             assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
+    for n in (16001, 18002, 33786):  # fp32: 16 KB chunks (4096 elements), 4 lanes of 16 bytes
+        assert flat_fit(n, 4, SMS) and n * 4 >= FLAT_MIN_BYTES[4][(4 * n) & -(4 * n)]
+        p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
+        assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == ("flat", 4096, 2, 1176, True, 4)
+    assert flat_fit(33786, 4, SMS) and not flat_fit(33786, 4, 2 * SMS)  # rows in flight past L2's share
+    assert flat_fit(100001, 2, 2 * SMS)  # (16-bit rows: no such bound)
     top = FLAT_MAX_ELEMS // 8  # the longest row a launch's parts hold (rows.launch)
-    assert flat_fit(top, 2) and not flat_fit(top + 2, 2)
+    assert flat_fit(top, 2, SMS) and not flat_fit(top + 2, 2, SMS)
     with pytest.raises(ValueError, match="at most 16384"):
         flat_plan("forward", 9, 1, 57085, 2, SMS, chunk=2**15)  # past the exact sum's lanes
     small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
     assert (small.widths[0], small.occupancy, small.static) == (4096, 4, False)
-    for n, es in ((11999, 2), (32766, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (32768, 2), (30001, 4)):
+    for n, es in ((11999, 2), (31998, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (25992, 2), (32768, 2),
+                  (14001, 4), (14002, 4), (41001, 4), (60002, 4), (20004, 4)):  # fmt: skip
         p = plan("forward", 99, 1, n, es, SMS, flat=None)
-        assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
+        assert not flat_fit(n, es, SMS) and (p is None or p.kind != "flat"), (n, es)
     assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
     assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
     with pytest.raises(ValueError, match="forward"):
@@ -1449,7 +1457,7 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == ("flat" if flat_fit(n, 2) else "long" if n % 2 == 0 else "tile")  # x contiguous
+    assert plans[0].kind == ("flat" if flat_fit(n, 2, sms) else "long" if n % 2 == 0 else "tile")  # x contiguous
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:

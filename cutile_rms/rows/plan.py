@@ -580,10 +580,21 @@ LONG_L2_SHARE = 0.5
 # 24461 175.0 -> 86.1, 57085 295.9 -> 110.8; 2 mod 4 18630 80.4 -> 80.9, 63566 125.8 -> 109.3 (the
 # same kernel with ct.sum, not batch invariant: 75.9-106.7, 2-8% faster; a fold by halves, invariant
 # with plain fp32 adds: 120-160, its shared-memory steps mio-throttled, ncu ab/s34b-ncu.log). So
-# odd rows from the shortest measured win (12001: 24002 bytes), 2 mod 4 rows from 64 KB (between
-# 30518's loss and 35878's gain). fp32 (4-byte loads lose nothing to alignment) lost to the row tiles
-# at 3001-9989 and to the core's split plan at 57085 (s33a).
-FLAT_MIN_BYTES = {2: 24000, 4: 64 * 1024}
+# odd rows from the shortest measured win (12001: 24002 bytes), 2 mod 4 rows from 64000 bytes
+# (between 30518's loss, 61036 bytes, and 35878's gain). Session 35 (ab/s35c-e): 8 mod 16 rows past the
+# long forward's rule (``vector_rows``: where L2 holds 4 rows an SM): 26632 88.1 (the core) -> 85.7,
+# 33800 113.7 -> 87.7, 45064 119.2 -> 89.5 (20488, which the long forward takes: 81.8 against 88.3),
+# so from 52000 bytes; odd 80001 / 100001 (rows in flight past L2) 337.9 / 330.8 (the long
+# forward's 2-byte loads) -> 128.1 / 125.5. fp32, whose odd and 2 mod 4 rows the row tiles and the
+# core load 4 or 8 bytes at a time: odd 14001 160.1 -> 156.0, 16001 172.4 -> 152.0, 18001 205.7 ->
+# 163.4, 24001 188.5 -> 170.1, 27859 202.1 -> 175.6, 41001 207.5 -> 211.4, 60001 199.1 -> 219.8; 2
+# mod 4 14002 149.4 -> 155.0, 18002 167.5 -> 158.0, 20002 203.9 -> 159.2, 33786 209.9 -> 196.8, 41002
+# 207.1 -> 207.6, 60002 198.1 -> 218.1; 8001-12001 lost to the row tiles (90-94% of the copy
+# ceiling). So fp32 odd and 2 mod 4 rows from 64000 bytes, up to rows whose LONG_MIN_BLOCKS an SM fit
+# FLAT_FP32_L2_SHARE of L2 (the second pass reads them there: 35.7 MB in flight won at 33786, 43 MB
+# tied at 41001); 16-bit rows have no such bound (their other kernels load 2 or 4 bytes).
+FLAT_MIN_BYTES = {2: {2: 24000, 4: 64000, 16: 52000}, 4: {4: 64000, 8: 64000}}  # element size: {low bit: bytes}
+FLAT_FP32_L2_SHARE = 0.75
 # The flat forward's arrays hold at most FLAT_MAX_ELEMS elements a launch (cuda.tile's int32 shapes):
 # longer inputs run in parts of a multiple of 16 bytes / element size rows (rows.launch), so a row
 # holds at most FLAT_MAX_ELEMS // 8 elements there.
@@ -1027,13 +1038,15 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
-def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
+def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward") -> bool:
     """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
-    rows are contiguous end to end (FLAT_* above): 16-bit rows of at least FLAT_MIN_BYTES[the
-    widest load their own layout allows] (odd and 2 mod 4 rows)."""
+    rows are contiguous end to end (FLAT_* above): rows of at least FLAT_MIN_BYTES[element size][the
+    widest load their own layout allows] (16-bit odd, 2 mod 4 and 8 mod 16 rows, fp32 odd and 2 mod 4
+    ones), fp32 ones only while LONG_MIN_BLOCKS of them an SM fit FLAT_FP32_L2_SHARE of L2."""
     row_bytes = n * elem_size
-    long_enough = row_bytes >= FLAT_MIN_BYTES.get(row_bytes & -row_bytes, math.inf)
-    return op == "forward" and elem_size == 2 and long_enough and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
+    long_enough = row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
+    in_l2 = elem_size != 4 or LONG_MIN_BLOCKS * num_sms * row_bytes <= FLAT_FP32_L2_SHARE * L2_BYTES
+    return op == "forward" and long_enough and in_l2 and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
@@ -1115,7 +1128,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, op)):
+    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
