@@ -432,14 +432,14 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
 
 
 def test_flat_rule():
-    """The flat forward takes 16-bit odd, 2 mod 4 and 8 mod 16 rows and fp32 odd and 2 mod 4 rows
+    """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows and fp32 odd and 2 mod 4 rows
     of FLAT_MIN_BYTES[element size][their low bit] or more where the caller allows it (flat=None:
     rows contiguous end to end), fp32 ones while 2 an SM fit FLAT_FP32_L2_SHARE of L2; a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
-    where two whole chunks fit a row's interior; never the backward, 16-bit 4 mod 8 or 16 | N rows,
+    where two whole chunks fit a row's interior; never the backward, 16-bit 16 | N rows,
     fp32 4 | N rows, shorter rows or a caller that did not allow it."""
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
-             32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2)}  # fmt: skip
+             32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
         assert flat_fit(n, 2, SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)

@@ -193,33 +193,40 @@ def split_count(n: int, tile_n: int) -> int:
     return -(-n // tile_n)
 
 
-# The backward's split width (kernel "split"): the table's configs were tuned on powers of two, where
-# tile_n-wide segments pad nothing; other rows pad the last segment, up to 45% of the lanes (fp32
-# 9016 on 2 x 8192). narrow_split halves the width, down to SPLIT_MIN_WIDTH, while that pads
-# fewer lanes, keeps the bytes in flight an SM (blocks per SM x width) and a thread's elements
-# (SPLIT_THREAD_ELEMS: warps = width / (32 x that), 4 or 8). Session 35 (ab/s35d; H200, graph
-# replay, fp32 us, table -> narrowed): 7443 x 9016 2 x 8192 at 1 block 473.1 -> 5 x 2048 at 4 (4 warps)
-# 237.4 (3 x 4096 at 2: 291.9); 6423 x 10448 257.0 -> 3 x 4096 at 2 216.1; 3905 x 17184 245.3 ->
-# 5 x 4096 at 2 223.8. 2048 at 8 warps (8 elements a thread) ran 1.4-2.2x slower than at 4. The
-# forward keeps its width: fp32 33786 and 27859 on 4096 at 2 blocks ran 1.2-1.3x slower than
-# on the table's 8192, at 4 blocks 1.8-2.3x slower.
+# The backward's split width (kernel "split"): the table's configs (8192-wide segments at 1 block an
+# SM for fp32 16384-65536) were tuned on powers of two among few candidates. narrow_split takes the
+# narrowest width, down to SPLIT_MIN_WIDTH, whose blocks a row stay within max_splits, at the same
+# bytes in flight an SM (blocks per SM x width) and SPLIT_THREAD_ELEMS elements a thread (warps =
+# width / (32 x that): 4 or 8). Session 35 (ab/s35d-f; H200, graph replay, fp32 us, about 64 Mi
+# elements, the table's 8192 at 1 block -> 4096 at 2 blocks of 8 warps -> 2048 at 4 of 4 warps):
+# 9016 473.1 / 291.9 / 237.4, 10448 257.0 / 216.1 / 209.3, 12004 377.2 / 254.1 / 229.8, 14340 336.2 /
+# - / 242.3, 16384 214.6 / 204.5 / 200.4, 17184 245.8 / 223.9 / 207.9, 20004 351.9 / 256.8 / 238.6,
+# 24580 364.8 / 273.4 / 245.2, 29000 322.1 / 258.2 / 235.1, 32768 215.0 / 203.9 / 202.5, 65536 228.1 /
+# 211.2 (16 blocks a row) / 213.8 (32, past MAX_SPLIT). Narrower wins beyond the padding it saves
+# (14340 pads 12% at both 8192 and 2048). 2048 at 8 warps (8 elements a thread) ran 1.4-2.2x slower
+# than at 4. The forward keeps the table's width: fp32 33786 and 27859 on 4096 at 2 blocks ran
+# 1.2-1.3x slower than on 8192, at 4 blocks 1.8-2.3x slower (s35d).
 SPLIT_MIN_WIDTH = 2048
 SPLIT_THREAD_ELEMS = 16
 
 
 def narrow_split(cfg: KernelConfig, n: int, max_splits: int) -> KernelConfig:
-    """A backward split config's narrowest segment width that pads a row of n elements least (a
-    wider one on a tie), within max_splits blocks a row (see SPLIT_MIN_WIDTH above)."""
-    best = cfg
-    width = cfg.tile_n // 2
-    while cfg.kernel == "split" and width >= SPLIT_MIN_WIDTH:
-        splits = split_count(n, width)
-        if splits <= max_splits and splits * width < split_count(n, best.tile_n) * best.tile_n:
-            blocks = min(OCCUPANCIES[-1], cfg.blocks_per_sm * cfg.tile_n // width)
-            warps = max(WARPS[1], min(WARPS[2], width // (32 * SPLIT_THREAD_ELEMS)))
-            best = dataclasses.replace(cfg, tile_n=width, blocks_per_sm=blocks, warps=warps)
-        width //= 2
-    return best
+    """A backward split config at its narrowest segment width for rows of n elements within
+    max_splits blocks a row (see SPLIT_MIN_WIDTH above); other configs as they are."""
+    width = SPLIT_MIN_WIDTH
+    while cfg.kernel == "split" and width < cfg.tile_n:
+        if split_count(n, width) <= max_splits:
+            return split_at(cfg, width)
+        width *= 2
+    return cfg
+
+
+def split_at(cfg: KernelConfig, width: int) -> KernelConfig:
+    """A split config at a narrower segment width: the same bytes in flight an SM, SPLIT_THREAD_ELEMS
+    elements a thread."""
+    blocks = min(OCCUPANCIES[-1], cfg.blocks_per_sm * cfg.tile_n // width)
+    warps = max(WARPS[1], min(WARPS[2], width // (32 * SPLIT_THREAD_ELEMS)))
+    return dataclasses.replace(cfg, tile_n=width, blocks_per_sm=blocks, warps=warps)
 
 
 SMALLEST_BUCKET = 512
@@ -614,9 +621,10 @@ def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, fro
                     tn = 1 << k
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
                     add(op, dataclasses.replace(cfg, tile_m=tm, tile_n=tn), sizes)
-    for cfg, sizes in list(out["backward"].items()):  # the narrowed widths of split rows (narrow_split)
-        for k in range(1, cfg.tile_n.bit_length()):
-            if cfg.kernel == "split" and cfg.tile_n >> k >= SPLIT_MIN_WIDTH:
-                add("backward", narrow_split(cfg, (cfg.tile_n >> k) + 1, MAX_SPLIT), sizes)
+    for cfg, sizes in list(out["backward"].items()):  # the narrower widths of split rows (narrow_split)
+        width = SPLIT_MIN_WIDTH
+        while cfg.kernel == "split" and width < cfg.tile_n:
+            add("backward", split_at(cfg, width), sizes)
+            width *= 2
     add("forward", GATHER, both)
     return out

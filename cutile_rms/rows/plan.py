@@ -584,7 +584,9 @@ LONG_L2_SHARE = 0.5
 # (between 30518's loss, 61036 bytes, and 35878's gain). Session 35 (ab/s35c-e): 8 mod 16 rows past the
 # long forward's rule (``vector_rows``: where L2 holds 4 rows an SM): 26632 88.1 (the core) -> 85.7,
 # 33800 113.7 -> 87.7, 45064 119.2 -> 89.5 (20488, which the long forward takes: 81.8 against 88.3),
-# so from 52000 bytes; odd 80001 / 100001 (rows in flight past L2) 337.9 / 330.8 (the long
+# so from 52000 bytes; 4 mod 8 rows past the static long forward's chunks compiled in (8-byte loads,
+# LONG_UNROLL_MAX_CHUNKS of LONG_WIDE_CHUNK_BYTES): 50004 130.7 -> 106.0 (36004, which it holds, 91.8
+# against 92.3); odd 80001 / 100001 (rows in flight past L2) 337.9 / 330.8 (the long
 # forward's 2-byte loads) -> 128.1 / 125.5. fp32, whose odd and 2 mod 4 rows the row tiles and the
 # core load 4 or 8 bytes at a time: odd 14001 160.1 -> 156.0, 16001 172.4 -> 152.0, 18001 205.7 ->
 # 163.4, 24001 188.5 -> 170.1, 27859 202.1 -> 175.6, 41001 207.5 -> 211.4, 60001 199.1 -> 219.8; 2
@@ -593,7 +595,10 @@ LONG_L2_SHARE = 0.5
 # ceiling). So fp32 odd and 2 mod 4 rows from 64000 bytes, up to rows whose LONG_MIN_BLOCKS an SM fit
 # FLAT_FP32_L2_SHARE of L2 (the second pass reads them there: 35.7 MB in flight won at 33786, 43 MB
 # tied at 41001); 16-bit rows have no such bound (their other kernels load 2 or 4 bytes).
-FLAT_MIN_BYTES = {2: {2: 24000, 4: 64000, 16: 52000}, 4: {4: 64000, 8: 64000}}  # element size: {low bit: bytes}
+FLAT_MIN_BYTES = {  # element size: {the row's low bit: bytes}
+    2: {2: 24000, 4: 64000, 8: LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES, 16: 52000},
+    4: {4: 64000, 8: 64000},
+}
 FLAT_FP32_L2_SHARE = 0.75
 # The flat forward's arrays hold at most FLAT_MAX_ELEMS elements a launch (cuda.tile's int32 shapes):
 # longer inputs run in parts of a multiple of 16 bytes / element size rows (rows.launch), so a row
