@@ -20,6 +20,7 @@ from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import (
     FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
+    FP32_BWD_MIN_BYTES,
     MAX_ROW_ELEMS,
     OPS,
     backward_by_default,
@@ -1043,7 +1044,18 @@ def test_static_fit():
     # the default backward: where the static tiles hold 16 warps an SM (1128, 2056, 5000 won), not 8 (3000, 1736)
     assert all(backward_by_default(n, 2) for n in (1128, 1208, 2056, 4104, 5000, 856, 88, 1000))
     assert not any(backward_by_default(n, 2) for n in (1736, 2728, 3000, 6152, 7592, 3000 * 2 + 8))
-    assert backward_by_default(292, 4) and not backward_by_default(1128, 4) and not backward_by_default(4096 + 16, 2)
+    assert backward_by_default(292, 4) and not backward_by_default(4096 + 16, 2)
+
+
+def test_fp32_backward_rule():
+    """The default backward takes fp32 rows that are not a power of two, past FP32_BWD_MIN_BYTES and
+    up to the row tiles' longest, on the row tiles (session 35: 1.0-1.7x the core, which pads them
+    to a power of two); shorter ones, powers of two and longer ones stay on the core."""
+    for n in (1028, 1128, 1196, 2040, 3076, 5000, 8188):
+        assert backward_by_default(n, 4) and plan("backward", 9999, 1, n, 4, SMS).kind == "tile", n
+    for n in (516, 804, 1004, 1024, 2048, 4096, 8192, 8196, 8708):
+        assert not backward_by_default(n, 4), n
+    assert 1028 * 4 > FP32_BWD_MIN_BYTES >= 1024 * 4
 
 
 def test_odd_static():
@@ -1071,19 +1083,21 @@ def test_odd_static():
 
 
 def test_long_static_chunk():
-    """The static long forward, a block a row (sessions 28, 29): aligned 16-bit rows of 12 KB up to
-    5 chunks of 8 KB; even unaligned ones not a multiple of 8 elements from 12 KB, in 8 KB chunks up
-    to 5 and 16 KB chunks up to 5; not rows of a multiple of 8 (16-byte loads there) nor shorter or
-    longer ones, nor fp32 at these lengths (fp32's own class: the next test), nor runtime layouts."""
+    """The static long forward, a block a row (sessions 28, 29, 35): 16-bit rows of a multiple of 8
+    elements (16-byte rows on static layouts: plan.vector_rows) of 12 KB up to 5 chunks of 8 KB; even
+    unaligned ones not a multiple of 8 elements from 12 KB, in 8 KB chunks up to 5 and 16 KB chunks
+    up to 5; not shorter or longer ones, nor powers of two, nor fp32 at these lengths (fp32's own
+    class: the next test), nor runtime layouts."""
     for n, chunk in ((6144 + 2, 4096), (9434, 4096), (20478, 4096), (20482, 8192), (40958, 8192), (7168, 4096),
-                     (6142, 0), (5564, 0), (40962, 0), (6152, 0), (9992, 0), (8192, 0), (20496, 0)):  # fmt: skip
+                     (6152, 4096), (9992, 4096), (6142, 0), (5564, 0), (40962, 0), (8192, 0), (20496, 0),
+                     (20488, 0)):  # fmt: skip
         assert long_static_chunk(n, 2, SMS) == chunk, n
         assert long_static_chunk(n, 2, SMS, static=False) == 0 and long_static_chunk(n, 4, SMS) == 0
         p = plan("forward", 99999, 1, n, 2, SMS)
         assert (p.kind == "long" and p.grid == 99999) == bool(chunk), (n, p)
         if chunk:
             assert p.widths[0] == chunk and p.static and p.unroll
-            assert n % 16 == 0 or p.occupancy in (2, 4)
+            assert n % 8 == 0 or p.occupancy in (2, 4)
     assert plan("forward", 99999, 1, 9434, 2, SMS).occupancy == 4  # unaligned: never 8 (spilled, s29c)
     assert plan("forward", 99999, 1, 33580, 2, SMS).occupancy == 2  # the L2 share
     assert plan("forward", 99999, 1, 5564, 2, SMS).kind == "tile"  # under 12 KB: the row tiles

@@ -201,6 +201,14 @@ MAX_BLOCKS_PER_SM = 8
 REGISTERS_PER_SM = 65536
 MAX_ROW_ELEMS = {"forward": 18432, "backward": 8192}  # pieces included
 DEFAULT_BACKWARD_BYTES = (128, WARP_ROW_BYTES)  # rows the default backward runs on row tiles (measured range)
+# fp32 rows that are not a power of two, past FP32_BWD_MIN_BYTES and up to the row tiles' longest, whose
+# backward the core pads to the next power of two: session 35 (ab/s35e-g; H200, graph replay, us,
+# about 64 Mi elements, the core -> the row tiles): 1196 352.8 -> 208.5, 1500 301.6 -> 216.3, 2024
+# 252.3 -> 212.7, 2040 254.4 -> 212.0, 2500 231.7 -> 203.1, 3000 211.9 -> 202.1, 3076 212.3 -> 199.8,
+# 3500 203.6 -> 202.8, 4500 269.2 -> 226.5, 5000 245.9 -> 202.5, 6004 222.3 -> 206.0, 6500 214.9 ->
+# 209.9, 7000 203.4 -> 201.9, 8188 206.7 -> 204.2; shorter ones lost: 516 267.2 -> 273.9, 804 205.6 ->
+# 223.1, 1004 197.1 -> 205.9 (the core's tile pads them a quarter at most).
+FP32_BWD_MIN_BYTES = 4 * 1024
 # Aligned rows that are not a power of two, of at most SHORT_BWD_MAX_ELEMS elements, take the
 # row-tile backward by default (short_backward). The core backward pads such a row to the next
 # power of two and does the work of the padded row: its time tracks that width (bf16 640 / 704 /
@@ -829,9 +837,12 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     And 16-bit rows of a multiple of 8 elements, not 16, on static layouts, whose tiles hold 16
     warps an SM (session 22: 1128-1208 1.19-1.27x the core, 2056 1.33x, 5000 1.09x; the nine
     lengths whose tiles held 8 lost, 0.70-0.88x). And aligned rows that are not a power of two, up
-    to SHORT_BWD_MAX_ELEMS (``short_backward``; session 27: 1.1-1.9x the core)."""
+    to SHORT_BWD_MAX_ELEMS (``short_backward``; session 27: 1.1-1.9x the core). And fp32 rows that
+    are not a power of two past FP32_BWD_MIN_BYTES (session 35: 1.0-1.7x the core)."""
     lo, hi = DEFAULT_BACKWARD_BYTES
     if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi) or short_backward(n, elem_size):
+        return True
+    if elem_size == 4 and n & (n - 1) and FP32_BWD_MIN_BYTES < n * elem_size and n <= MAX_ROW_ELEMS["backward"]:
         return True
     if not static_fit(n, elem_size, "backward"):
         return False
