@@ -23,6 +23,7 @@ from cutile_rms.rows.plan import (
     FP32_BWD_MIN_BYTES,
     MAX_ROW_ELEMS,
     OPS,
+    PADDED_BWD_MIN_SHARE,
     backward_by_default,
     flat_fit,
     flat_plan,
@@ -209,6 +210,7 @@ CASES = [
     ((5, 3900), "one checked piece, the whole row"),
     ((11, 1144), "8 | N, not 16: static, four rows a tile"),
     ((3, 6152), "8 | N, not 16: static, three pieces"),
+    ((3, 7124), "4 mod 8: the backward's one padded piece (PADDED_BWD_MIN_SHARE)"),
 ]
 
 
@@ -1045,6 +1047,20 @@ def test_static_fit():
     assert all(backward_by_default(n, 2) for n in (1128, 1208, 2056, 4104, 5000, 856, 88, 1000))
     assert not any(backward_by_default(n, 2) for n in (1736, 2728, 3000, 6152, 7592, 3000 * 2 + 8))
     assert backward_by_default(292, 4) and not backward_by_default(4096 + 16, 2)
+
+
+def test_padded_backward_rule():
+    """The gathered 16-bit backward on static layouts holds a row as one padded power-of-two piece
+    of 4096 or 8192 where the row fills PADDED_BWD_MIN_SHARE of it, several pieces otherwise; never
+    on runtime layouts or fp32."""
+    for n in (3076, 6146, 7124, 8188):
+        p = plan("backward", 9999, 1, n, 2, SMS)
+        assert p.static and p.widths == (1 << (n - 1).bit_length(), 0, 0), (n, p)
+        assert n == 8188 or plan("backward", 9999, 1, n, 2, SMS, static=False).widths[1] > 0  # runtime: pieces
+    for n in (3002, 4100, 4282, 5002, 6142, 1540, 2052):
+        assert plan("backward", 9999, 1, n, 2, SMS).widths[1] > 0, n
+    assert 0.75 * 8192 <= 6146 and 3002 < 0.75 * 4096 and PADDED_BWD_MIN_SHARE == 0.75
+    assert plan("backward", 9999, 1, 7125, 4, SMS).widths[1] > 0  # fp32: pieces
 
 
 def test_fp32_backward_rule():

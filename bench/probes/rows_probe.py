@@ -247,7 +247,8 @@ def _loads_label(c):
     """A candidate that names its loads (rows.kernels.LOADS_*), the lanes or long-row kernels or
     runtime layouts ("static": false) is labelled by them."""
     lanes = {True: "-lanes", False: "-nolanes"}.get(c.get("lanes"), "") + {True: "-long", False: "-nolong"}.get(
-        c.get("long"), "")
+        c.get("long"), ""
+    )
     static = {False: "-runtime", "force": "-static"}.get(c.get("static"), "")
     unroll = {True: "-unroll", False: "-rolled"}.get(c.get("unroll"), "") + ("-onepass" if c.get("onepass") else "")
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")

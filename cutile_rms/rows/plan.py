@@ -294,6 +294,15 @@ GATHER_GRANULE = 32
 # 149.1 / 144.6, 3002 170.5 / 171.6 -> 149.1 / 158.8, 3172 160.8 / 154.4 -> 137.5 / 142.9, 3500
 # 153.4 / 156.2 -> 132.9 / 135.8 (predicted 1.3-1.45x: came out 1.08-1.18x).
 GATHERED_BWD_MIN_WIDTH = 2048
+# The gathered 16-bit backward on static layouts holds a row as one padded power-of-two piece where
+# that piece uses at least PADDED_BWD_MIN_SHARE of its lanes (the lanes past N are dropped at compile
+# time; several pieces each pay their own reductions and gathers). Session 35 (ab/s35h, s35i), H200,
+# graph replay, us, about 64 Mi elements, the rules' pieces -> one piece, bf16 / fp16: 7124 (87% of
+# 8192) 161.7 / 165.0 -> 121.4 / 123.0, 6146 (75%) 167.1 -> 137.9, 3002 (73% of 4096) 150.2 / 160.2 ->
+# 149.8 / 145.2; lower shares lost: 5002 (61%) 130.7 -> 146.1, 4282 (52%) 150.2 -> 157.0, 4100 111.2
+# -> 140.2, 2500 108.6 -> 145.0, 2052 114.9 -> 162.1 (1500, 73% of 2048 in 1024 + 512: 127.7 -> 128.8).
+PADDED_BWD_MIN_SHARE = 0.75
+PADDED_BWD_WIDTHS = (4096, MAX_ROW_ELEMS["backward"])  # the pieces measured (2048: 1500 tied at 73%)
 GATHERED_WARPS_PER_SM = 16
 # The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
 # line holds 3 blocks of 4 warps: there the compiler, capped at 255 registers by a hint of 2,
@@ -842,7 +851,7 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     lo, hi = DEFAULT_BACKWARD_BYTES
     if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi) or short_backward(n, elem_size):
         return True
-    if elem_size == 4 and n & (n - 1) and FP32_BWD_MIN_BYTES < n * elem_size and n <= MAX_ROW_ELEMS["backward"]:
+    if elem_size == 4 and n & (n - 1) and n * elem_size > FP32_BWD_MIN_BYTES and n <= MAX_ROW_ELEMS["backward"]:
         return True
     if not static_fit(n, elem_size, "backward"):
         return False
@@ -1174,8 +1183,14 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # past the lanes kernels' rows
             pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
-    if max_pieces is None:
-        max_pieces = 1 if one_piece else MAX_PIECES
+    if max_pieces is None:  # (one padded piece for the gathered 16-bit backward: PADDED_BWD_MIN_SHARE above)
+        padded = op == "backward" and static and unal and elem_size < 4 and not short
+        padded = (
+            padded
+            and PADDED_BWD_MIN_SHARE * _next_pow2(n) <= n
+            and PADDED_BWD_WIDTHS[0] <= _next_pow2(n) <= PADDED_BWD_WIDTHS[1]
+        )
+        max_pieces = 1 if one_piece or padded else MAX_PIECES
     odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
     if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
