@@ -254,8 +254,9 @@ def _loads_label(c):
     unroll += {True: "-prefetch", False: "-noprefetch"}.get(c.get("prefetch"), "")
     lanes += f"-L{c['lane_elems']}" if c.get("lane_elems") else ""
     lanes += f"-cast{c['casting']}" if "casting" in c else ""
-    lanes += ({True: "-flat", None: "-flatrule", False: "-noflat"}[c["flat"]] + (f"-c{c['chunk']}" if c.get("chunk") else "")
-              if "flat" in c else "")  # fmt: skip
+    if "flat" in c:
+        lanes += {True: "-flat", None: "-flatrule", False: "-noflat"}[c["flat"]]
+        lanes += f"-c{c['chunk']}" if c.get("chunk") else ""
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 
