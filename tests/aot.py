@@ -398,7 +398,8 @@ def _rows_jobs(add):
                 _rows_job(add, "static", op, p, n, "bfloat16", "bfloat16")
     for n in (1144, 6152):
         for op in ("forward", "backward"):
-            _rows_job(add, "static 8 | N", op, plan(op, 4099, 1, n, 2, 132), n, "bfloat16", "bfloat16")
+            p = plan(op, 4099, 1, n, 2, 132, long=False)  # (6152 forward: long, _long_jobs' 8 | N rows)
+            _rows_job(add, "static 8 | N", op, p, n, "bfloat16", "bfloat16")
     for x in ("bfloat16", "float16"):
         weights = [x, "float32", None]
         at = {op: plan(op, 4099, 1, 1098, 2, 132) for op in ("forward", "backward")}
@@ -482,6 +483,10 @@ def _long_jobs(add):
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099, p
                         job(p, n, x, casting, has_weight, kernels, "aligned static")
+                    for n in (9016, 20488):  # 8 | N, not 16: 16-byte rows on static layouts (plan.vector_rows)
+                        p = long_plan(op, 4099, 1, n, es, 132)
+                        assert p.static and p.unroll == (n < 20480), p
+                        job(p, n, x, casting, has_weight, kernels, "8 | N static")
                     for n in (17284, 28044, 20478):  # even unaligned rows: a block a row, 8 / 16 KB (session 29)
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == (n > 20480) * 4096 + 4096

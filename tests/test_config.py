@@ -159,9 +159,28 @@ def test_split_plans_on_the_h200():
         assert rem == 0 and 1 <= groups <= -(-m // p.tile_m) and p.grid <= 132 * p.occupancy
         assert p.slots == (-(-m // p.tile_m) * p.tile_m, C.next_pow2(p.splits))
     assert C.plan_forward(100, 20000, 132, elem_size=4, device_key=H200).slots[1] == 4  # 3 segments
-    b = C.plan_backward(4096, 16384, 132, elem_size=4, device_key=H200)
-    assert (b.kernel, b.num_chunks, b.slots) == ("split", 2, (4096, 2)) and not b.needs_row_dot
-    assert b.partial_rows * b.num_chunks <= 132 * b.hints[0]
+    b = C.plan_backward(4096, 16384, 132, elem_size=4, device_key=H200)  # narrow_split: 8 x 2048 at 4 blocks
+    assert (b.kernel, b.tile_n, b.num_chunks, b.slots, b.hints) == ("split", 2048, 8, (4096, 8), (4, 4))
+    assert b.partial_rows * b.num_chunks <= 132 * b.hints[0] and not b.needs_row_dot
+
+
+def test_narrow_split():
+    """The backward's split rows take the narrowest width from SPLIT_MIN_WIDTH whose blocks a row
+    stay within the blocks that can run at once, at the table's bytes in flight an SM and
+    SPLIT_THREAD_ELEMS elements a thread; the forward keeps the table's width."""
+    table = C.split(1, 8192, 1, 8)
+    for n, most, want in ((9016, 16, (2048, 4, 4)), (32768, 16, (2048, 4, 4)), (32772, 16, (4096, 2, 8)),
+                          (65536, 16, (4096, 2, 8)), (100000, 16, (8192, 1, 8)), (9016, 4, (4096, 2, 8)),
+                          (9016, 0, (8192, 1, 8))):  # fmt: skip
+        cfg = C.narrow_split(table, n, most)
+        assert (cfg.tile_n, cfg.blocks_per_sm, cfg.warps) == want, (n, most, cfg)
+        assert cfg.tile_n * cfg.blocks_per_sm == 8192  # the table's bytes in flight an SM
+        assert cfg == table or cfg.tile_n // (32 * cfg.warps) == C.SPLIT_THREAD_ELEMS
+    assert C.narrow_split(C.tile(1, 8192, 1, 8), 9016, 16) == C.tile(1, 8192, 1, 8)  # other kernels as they are
+    assert C.plan_forward(1986, 33784, 132, elem_size=4, device_key=H200).tile_n == 8192  # the forward: the table's
+    assert C.plan_backward(7443, 9016, 132, elem_size=4, device_key=H200).tile_n == 2048
+    splits = {c.tile_n for c in C.planned_configs("sm_90")["backward"] if c.kernel == "split"}
+    assert splits == {2048, 4096, 8192}  # every width a plan can take is compiled ahead of time
 
 
 def test_split_falls_back_where_it_cannot_run():
