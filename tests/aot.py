@@ -204,9 +204,10 @@ REP_SPLIT = C.split(1, 1024, 1, 8)
 REP_PACKED = C.packed(1, 4096, 1, 8)
 REP_TAIL = 1024  # a tail beside REP_FWD's and REP_PACKED's 4096-wide tiles
 # Blocks per row the split kernels are compiled for at every planned split config (a table
-# entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536), and the odd
-# count compiled once at REP_SPLIT with every flag (a row that is not a multiple of the segment).
-SPLIT_COUNTS = (2, 4, 8)
+# entry's bucket sets it: 2 for 16384-wide rows in 8192 segments, 8 for 65536; 16 for the
+# backward's narrowest widths, config.narrow_split: 2048 x 16 at 32768, 4096 x 16 at 65536), and the
+# odd count compiled once at REP_SPLIT with every flag (a row that is not a multiple of the segment).
+SPLIT_COUNTS = (2, 4, 8, 16)
 ODD_SPLIT = 3
 
 

@@ -435,30 +435,27 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
 
 
 def test_flat_rule():
-    """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows and fp32 odd and 2 mod 4 rows
-    of FLAT_MIN_BYTES[element size][their low bit] or more where the caller allows it (flat=None:
-    rows contiguous end to end), fp32 ones while 2 an SM fit FLAT_FP32_L2_SHARE of L2; a block a row,
+    """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows of FLAT_MIN_BYTES[2][their
+    low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
-    where two whole chunks fit a row's interior; never the backward, 16-bit 16 | N rows,
-    fp32 4 | N rows, shorter rows or a caller that did not allow it."""
+    where two whole chunks fit a row's interior; never the backward, 16-bit 16 | N rows, fp32 rows
+    (not batch invariant there yet), shorter rows or a caller that did not allow it."""
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
              32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
-        assert flat_fit(n, 2, SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
+        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
         want = ("flat", chunk, blocks, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
             assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
-    for n in (16001, 18002, 33786):  # fp32: 16 KB chunks (4096 elements), 4 lanes of 16 bytes
-        assert flat_fit(n, 4, SMS) and n * 4 >= FLAT_MIN_BYTES[4][(4 * n) & -(4 * n)]
+    for n in (16001, 18002, 33786):  # fp32: not batch invariant on the flat kernel yet (plan.FLAT_MIN_BYTES)
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
-        assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == ("flat", 4096, 2, 1176, True, 4)
-    assert flat_fit(33786, 4, SMS) and not flat_fit(33786, 4, 2 * SMS)  # rows in flight past L2's share
-    assert flat_fit(100001, 2, 2 * SMS)  # (16-bit rows: no such bound)
+        assert not flat_fit(n, 4) and (p is None or p.kind != "flat"), n
+    assert flat_fit(100001, 2)  # (16-bit rows: no L2 bound)
     top = FLAT_MAX_ELEMS // 8  # the longest row a launch's parts hold (rows.launch)
-    assert flat_fit(top, 2, SMS) and not flat_fit(top + 2, 2, SMS)
+    assert flat_fit(top, 2) and not flat_fit(top + 2, 2)
     with pytest.raises(ValueError, match="at most 16384"):
         flat_plan("forward", 9, 1, 57085, 2, SMS, chunk=2**15)  # past the exact sum's lanes
     small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
@@ -466,7 +463,7 @@ def test_flat_rule():
     for n, es in ((11999, 2), (31998, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (25992, 2), (32768, 2),
                   (14001, 4), (14002, 4), (41001, 4), (60002, 4), (20004, 4)):  # fmt: skip
         p = plan("forward", 99, 1, n, es, SMS, flat=None)
-        assert not flat_fit(n, es, SMS) and (p is None or p.kind != "flat"), (n, es)
+        assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
     assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
     assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
     with pytest.raises(ValueError, match="forward"):
@@ -1051,16 +1048,15 @@ def test_static_fit():
 
 def test_padded_backward_rule():
     """The gathered 16-bit backward on static layouts holds a row as one padded power-of-two piece
-    of 4096 or 8192 where the row fills PADDED_BWD_MIN_SHARE of it, several pieces otherwise; never
-    on runtime layouts or fp32."""
+    of 4096 or 8192 where the row fills PADDED_BWD_MIN_SHARE of it, several pieces otherwise and on
+    runtime layouts."""
     for n in (3076, 6146, 7124, 8188):
         p = plan("backward", 9999, 1, n, 2, SMS)
         assert p.static and p.widths == (1 << (n - 1).bit_length(), 0, 0), (n, p)
         assert n == 8188 or plan("backward", 9999, 1, n, 2, SMS, static=False).widths[1] > 0  # runtime: pieces
     for n in (3002, 4100, 4282, 5002, 6142, 1540, 2052):
         assert plan("backward", 9999, 1, n, 2, SMS).widths[1] > 0, n
-    assert 0.75 * 8192 <= 6146 and 3002 < 0.75 * 4096 and PADDED_BWD_MIN_SHARE == 0.75
-    assert plan("backward", 9999, 1, 7125, 4, SMS).widths[1] > 0  # fp32: pieces
+    assert PADDED_BWD_MIN_SHARE * 8192 <= 6146 and PADDED_BWD_MIN_SHARE * 4096 > 3002  # the measured sides
 
 
 def test_fp32_backward_rule():
@@ -1071,7 +1067,7 @@ def test_fp32_backward_rule():
         assert backward_by_default(n, 4) and plan("backward", 9999, 1, n, 4, SMS).kind == "tile", n
     for n in (516, 804, 1004, 1024, 2048, 4096, 8192, 8196, 8708):
         assert not backward_by_default(n, 4), n
-    assert 1028 * 4 > FP32_BWD_MIN_BYTES >= 1024 * 4
+    assert 1004 * 4 <= FP32_BWD_MIN_BYTES < 1196 * 4  # between the measured loss and win (session 35)
 
 
 def test_odd_static():
@@ -1487,7 +1483,7 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == ("flat" if flat_fit(n, 2, sms) else "long" if n % 2 == 0 else "tile")  # x contiguous
+    assert plans[0].kind == ("flat" if flat_fit(n, 2) else "long" if n % 2 == 0 else "tile")  # x contiguous
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:

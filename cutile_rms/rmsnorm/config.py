@@ -213,20 +213,19 @@ SPLIT_THREAD_ELEMS = 16
 def narrow_split(cfg: KernelConfig, n: int, max_splits: int) -> KernelConfig:
     """A backward split config at its narrowest segment width for rows of n elements within
     max_splits blocks a row (see SPLIT_MIN_WIDTH above); other configs as they are."""
+    return next((c for c in narrower_splits(cfg) if split_count(n, c.tile_n) <= max_splits), cfg)
+
+
+def narrower_splits(cfg: KernelConfig):
+    """A split config at each narrower segment width from SPLIT_MIN_WIDTH up, narrowest first: the
+    same bytes in flight an SM (blocks per SM x width, at most OCCUPANCIES[-1] blocks) and
+    SPLIT_THREAD_ELEMS elements a thread. None for other kernels."""
     width = SPLIT_MIN_WIDTH
     while cfg.kernel == "split" and width < cfg.tile_n:
-        if split_count(n, width) <= max_splits:
-            return split_at(cfg, width)
+        blocks = min(OCCUPANCIES[-1], cfg.blocks_per_sm * cfg.tile_n // width)
+        warps = max(WARPS[1], min(WARPS[2], width // (32 * SPLIT_THREAD_ELEMS)))
+        yield dataclasses.replace(cfg, tile_n=width, blocks_per_sm=blocks, warps=warps)
         width *= 2
-    return cfg
-
-
-def split_at(cfg: KernelConfig, width: int) -> KernelConfig:
-    """A split config at a narrower segment width: the same bytes in flight an SM, SPLIT_THREAD_ELEMS
-    elements a thread."""
-    blocks = min(OCCUPANCIES[-1], cfg.blocks_per_sm * cfg.tile_n // width)
-    warps = max(WARPS[1], min(WARPS[2], width // (32 * SPLIT_THREAD_ELEMS)))
-    return dataclasses.replace(cfg, tile_n=width, blocks_per_sm=blocks, warps=warps)
 
 
 SMALLEST_BUCKET = 512
@@ -335,7 +334,8 @@ def kernel_config(
 ) -> KernelConfig:
     """The config for rows of n elements (m of them, if known): the table entry of n's bucket
     (see the module docstring for the lookup order), adapted to rows shorter than the smallest
-    bucket. A split config is kept only if its blocks per row are at most split_blocks (the
+    bucket. The backward's split config takes its narrowest width within split_blocks blocks a
+    row (narrow_split). A split config is kept only if its blocks per row are at most split_blocks (the
     blocks that can run at once on the GPU; 0: the caller runs no split kernels); otherwise
     the bucket's default serves. A packed config is kept only where the caller provides words
     (a 16-bit backward with an even n); otherwise it runs as "tile"."""
@@ -605,7 +605,8 @@ def clear_plan_caches() -> None:
 def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, frozenset]]:
     """Every KernelConfig a plan can take from the defaults and the checked-in table of arch
     (of every architecture: None), by op, each with the element sizes it is planned for (the
-    ahead-of-time compile check compiles each for those). Short rows add their narrower tiles."""
+    ahead-of-time compile check compiles each for those). Short rows add their narrower tiles,
+    the backward's split configs their narrower widths (narrow_split)."""
     both = frozenset((2, 4))
     out = {op: dict.fromkeys(t.values(), both) for op, t in DEFAULT_TABLE.items()}
 
@@ -622,9 +623,7 @@ def planned_configs(arch: str | None = None) -> dict[str, dict[KernelConfig, fro
                     tm = max(1, min(MAX_TILE_M, SHORT_ROW_TILE_ELEMS[op] // tn))
                     add(op, dataclasses.replace(cfg, tile_m=tm, tile_n=tn), sizes)
     for cfg, sizes in list(out["backward"].items()):  # the narrower widths of split rows (narrow_split)
-        width = SPLIT_MIN_WIDTH
-        while cfg.kernel == "split" and width < cfg.tile_n:
-            add("backward", split_at(cfg, width), sizes)
-            width *= 2
+        for narrower in narrower_splits(cfg):
+            add("backward", narrower, sizes)
     add("forward", GATHER, both)
     return out

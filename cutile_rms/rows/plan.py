@@ -124,12 +124,19 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   (kernels.common.CAST_LLAMA_NATIVE, the same bits but for zero signs; 1.04-1.10x on 16-bit rows whose tiles did not
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
-- sessions 33-34: the forward of 16-bit rows whose rows are contiguous end to end (the caller's
-  ``flat``), odd ones from 24000 bytes and 2 mod 4 ones from 64 KB, reads them as one flat array
+- sessions 33-35: the forward of 16-bit rows whose rows are contiguous end to end (the caller's
+  ``flat``), odd ones from 24000 bytes, 2 mod 4 ones from 64000, 8 mod 16 ones from 52000 and 4 mod 8
+  ones past 80 KB (FLAT_MIN_BYTES), reads them as one flat array
   (``flat_plan``, kernels.rows_fwd_flat): each row's 16-byte aligned interior 16 bytes a load, its
   head and tail element by element, its weight from 8 shifted copies, its sum of squares from
   16-byte loads too, added exactly (bf16 57085 2.67x the gathered long kernel, 12001 1.19x the row
   tiles, 63566 1.15x the long forward's 4-byte loads).
+- session 35: 16-bit rows of a multiple of 8 elements, not 16, are 16-byte rows on static layouts
+  and take the long forward's aligned rules (``vector_rows``: 1.0-1.6x); the fp32 backward of rows
+  that are not a power of two, past 4 KB, runs on the row tiles (FP32_BWD_MIN_BYTES: 1.0-1.7x the
+  core); the gathered 16-bit backward on static layouts holds a row as one padded piece where the
+  row fills 3/4 of it (PADDED_BWD_MIN_SHARE: 1.2-1.3x); the core's split backward takes its
+  narrowest width (rmsnorm.config.narrow_split).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long odd and
   2 mod 4 16-bit ones, contiguous, reads them flat: sessions 33-34 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -301,6 +308,9 @@ GATHERED_BWD_MIN_WIDTH = 2048
 # 8192) 161.7 / 165.0 -> 121.4 / 123.0, 6146 (75%) 167.1 -> 137.9, 3002 (73% of 4096) 150.2 / 160.2 ->
 # 149.8 / 145.2; lower shares lost: 5002 (61%) 130.7 -> 146.1, 4282 (52%) 150.2 -> 157.0, 4100 111.2
 # -> 140.2, 2500 108.6 -> 145.0, 2052 114.9 -> 162.1 (1500, 73% of 2048 in 1024 + 512: 127.7 -> 128.8).
+# SASS (the review): the 8192 piece at 2 blocks of 8 warps holds 32 bytes of stack at 6500-7124 (7124
+# won with it), 72-80 at 7500-8180 (rows pieces() held in one piece before this rule: unchanged);
+# the 4096 piece none.
 PADDED_BWD_MIN_SHARE = 0.75
 PADDED_BWD_WIDTHS = (4096, MAX_ROW_ELEMS["backward"])  # the pieces measured (2048: 1500 tied at 73%)
 GATHERED_WARPS_PER_SM = 16
@@ -576,10 +586,11 @@ ONEPASS_MAX_BLOCKS = 2
 CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose byte length
-# is not a multiple of 8, long enough that the old kernels' narrow loads cost more than the flat
-# kernel's fixed work a row (FLAT_MIN_BYTES by the widest load such a row's own layout allows: 2
-# bytes for odd rows, 4 for 2 mod 4 ones; 4 mod 8 rows keep the static long forward's 8-byte loads),
+# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose start is not
+# 16-byte aligned in every row, long enough that the old kernels' narrow loads cost more than the
+# flat kernel's fixed work a row (FLAT_MIN_BYTES by the widest load such a row's own layout allows: 2
+# bytes for odd rows, 4 for 2 mod 4 ones, 8 for 4 mod 8 ones past the static long forward's chunks,
+# 16 for 8 mod 16 ones past the long forward's rule: session 35),
 # read as one flat array where the caller's rows are contiguous end to end (plan's ``flat``): each
 # row's interior 16 bytes a load, its head and tail (fewer than 16 bytes each) element by element,
 # its weight from FLAT_ALIGN_BYTES / element size shifted copies; its sum of squares the same at
@@ -609,17 +620,22 @@ LONG_L2_SHARE = 0.5
 # 163.4, 24001 188.5 -> 170.1, 27859 202.1 -> 175.6, 41001 207.5 -> 211.4, 60001 199.1 -> 219.8; 2
 # mod 4 14002 149.4 -> 155.0, 18002 167.5 -> 158.0, 20002 203.9 -> 159.2, 33786 209.9 -> 196.8, 41002
 # 207.1 -> 207.6, 60002 198.1 -> 218.1; 8001-12001 lost to the row tiles (90-94% of the copy
-# ceiling). So fp32 odd and 2 mod 4 rows from 64000 bytes, up to rows whose LONG_MIN_BLOCKS an SM fit
-# FLAT_FP32_L2_SHARE of L2 (the second pass reads them there: 35.7 MB in flight won at 33786, 43 MB
-# tied at 41001); 16-bit rows have no such bound (their other kernels load 2 or 4 bytes).
+# ceiling). But fp32 rows are not batch invariant there (the review of session 35): an fp32 square
+# is not exact, and the compiled chunk loop fuses it into its sum (FFMA) where the tail's squares
+# are rounded first (FMUL, then an add), so a column that is in the tail at one position and in a
+# chunk at another adds different bits (1 ulp of rstd in about 1e-5 of random rows, by an emulation of
+# the kernel's arithmetic). So fp32 rows stay off the flat forward (FLAT_MIN_BYTES has no fp32
+# entry) until its tail adds through the loop's arithmetic; where they come back, only up to rows whose
+# LONG_MIN_BLOCKS an SM fit about 3/4 of L2 (the second pass reads them there: 35.7 MB in flight won
+# at 33786, 43 MB tied at 41001). 16-bit squares are exact in fp32, so any order of
+# adding them that is the same at every position gives the same bits; their rows have no L2 bound
+# (their other kernels load 2 or 4 bytes).
 FLAT_MIN_BYTES = {  # element size: {the row's low bit: bytes}
     2: {2: 24000, 4: 64000, 8: LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES, 16: 52000},
-    4: {4: 64000, 8: 64000},
 }
-FLAT_FP32_L2_SHARE = 0.75
 # The flat forward's arrays hold at most FLAT_MAX_ELEMS elements a launch (cuda.tile's int32 shapes):
 # longer inputs run in parts of a multiple of 16 bytes / element size rows (rows.launch), so a row
-# holds at most FLAT_MAX_ELEMS // 8 elements there.
+# holds at most FLAT_MAX_ELEMS // (16 / element size) elements there.
 FLAT_MAX_ELEMS = 2**31 - 1
 FLAT_CHUNK_BYTES = LONG_CHUNK_BYTES["forward"]
 FLAT_BLOCKS = 4
@@ -1018,7 +1034,8 @@ def _core_backward(n: int, elem_size: int) -> bool:
 
 def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
     """Whether the forward of aligned rows of n elements runs on the long-row kernel (LONG_* above):
-    16-bit rows of a multiple of VECTOR_ELEMS (what the JIT proves, else its loads are 2 bytes:
+    16-bit rows of 16-byte loads (``vector_rows``: a multiple of VECTOR_ELEMS, which the JIT proves,
+    or on static layouts of VECTOR_ELEMS // 2; else the loads are 2 bytes:
     bf16 5050 x 13288 ran 126.1 us, 0.55x Quack, session 21) of at least LONG_MIN_BYTES, or on
     static layouts from LONG_STATIC_MIN_BYTES to LONG_UNROLL_MAX_CHUNKS chunks, not a power of two,
     whose LONG_MAX_BLOCKS rows per SM fit LONG_L2_SHARE of L2 (the second pass reads them from
@@ -1063,15 +1080,14 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
-def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward") -> bool:
+def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
     rows are contiguous end to end (FLAT_* above): rows of at least FLAT_MIN_BYTES[element size][the
-    widest load their own layout allows] (16-bit odd, 2 mod 4 and 8 mod 16 rows, fp32 odd and 2 mod 4
-    ones), fp32 ones only while LONG_MIN_BLOCKS of them an SM fit FLAT_FP32_L2_SHARE of L2."""
+    widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 none
+    yet)."""
     row_bytes = n * elem_size
     long_enough = row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
-    in_l2 = elem_size != 4 or LONG_MIN_BLOCKS * num_sms * row_bytes <= FLAT_FP32_L2_SHARE * L2_BYTES
-    return op == "forward" and long_enough and in_l2 and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
+    return op == "forward" and long_enough and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
@@ -1153,7 +1169,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op)):
+    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, op)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
