@@ -59,6 +59,12 @@ def _plan(c, persistent=None):
     return core_plan(c) or plan_of(c, persistent)
 
 
+def _stream(torch):
+    """The current stream, read by each launch closure when it runs: under graph capture, the
+    capture stream (a stream read when the closure was made leaves the graph empty)."""
+    return torch.cuda.current_stream().cuda_stream
+
+
 def forward_call(torch, c, x, w, y, rstd, persistent):
     """One forward launch of candidate c on (m, n) tensors, as a closure."""
     from cutile_rms._device import device_info
@@ -73,14 +79,11 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
         from cutile_rms.rmsnorm.launch import run_forward
         from cutile_rms.rmsnorm.torch_impl import _int64
 
-        def launch():  # the stream read at each call: a graph's capture stream while it is captured
-            stream = torch.cuda.current_stream().cuda_stream
-            run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x), plan=p)
-
-        return p, launch
+        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, _stream(torch), int64=_int64(x),
+                                      plan=p)  # fmt: skip
     code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
-    return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, torch.cuda.current_stream().cuda_stream,
+    return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, _stream(torch),
                                      empty=lambda shape: w.new_empty(shape))  # fmt: skip
 
 
@@ -92,7 +95,7 @@ def core_forward_call(torch, x, w, y, rstd):
 
     code = 0 if x.dtype != torch.float32 else 1
     info = device_info(0)
-    return lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, torch.cuda.current_stream().cuda_stream)
+    return lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, _stream(torch))
 
 
 def backward_call(torch, c, x, dy, w, rstd, dx, dw):
@@ -110,17 +113,14 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
             bufs[tuple(shape)] = torch.empty(shape, device="cuda")
         return bufs[tuple(shape)]
 
-    def stream():  # read at each call: a graph's capture stream while it is captured
-        return torch.cuda.current_stream().cuda_stream
-
     if "core" in c:  # the core kernels
         from cutile_rms.rmsnorm import torch_impl
         from cutile_rms.rmsnorm.launch import run_backward
 
-        return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream(),
+        return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, _stream(torch),
                                        int64=torch_impl._int64(x), as_words=torch_impl.as_words, plan=p)  # fmt: skip
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
-    return p, lambda: RL.run_backward(*args, info, stream())
+    return p, lambda: RL.run_backward(*args, info, _stream(torch))
 
 
 def warm(task):

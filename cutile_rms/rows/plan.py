@@ -1019,6 +1019,15 @@ def vector_rows(n: int, elem_size: int, static: bool) -> bool:
     return elem_size == 2 and n % (VECTOR_ELEMS // 2 if static else VECTOR_ELEMS) == 0
 
 
+def padded_backward(n: int, elem_size: int) -> bool:
+    """Whether the gathered 16-bit backward holds unaligned rows of n elements, on static layouts,
+    as one padded power-of-two piece (PADDED_BWD_MIN_SHARE above): pieces of PADDED_BWD_WIDTHS that
+    the row fills at least that share of."""
+    width = _next_pow2(n)
+    in_widths = PADDED_BWD_WIDTHS[0] <= width <= PADDED_BWD_WIDTHS[1]
+    return elem_size == 2 and unaligned(n, elem_size) and in_widths and PADDED_BWD_MIN_SHARE * width <= n
+
+
 def _long_unaligned(n: int, elem_size: int) -> bool:
     """Whether the forward of unaligned rows of n elements takes the long-row kernel although a
     row tile would hold it: even 16-bit rows past one WIDE_TILE tile (CORE_BWD_MAX_ELEMS above)."""
@@ -1200,12 +1209,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:  # (one padded piece for the gathered 16-bit backward: PADDED_BWD_MIN_SHARE above)
-        padded = op == "backward" and static and unal and elem_size < 4 and not short
-        padded = (
-            padded
-            and PADDED_BWD_MIN_SHARE * _next_pow2(n) <= n
-            and PADDED_BWD_WIDTHS[0] <= _next_pow2(n) <= PADDED_BWD_WIDTHS[1]
-        )
+        padded = op == "backward" and static and padded_backward(n, elem_size)
         max_pieces = 1 if one_piece or padded else MAX_PIECES
     odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
     if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
