@@ -173,10 +173,10 @@ def _bwd_packed_params(x, w, tile_m, tile_n, round_xhat, memory=NO_MEMORY_KNOBS,
     return list(S.arguments("rms_bwd_packed", values))
 
 
-def _reduce_params(partial, dw, half=None):
-    """dw_reduce's (half None) or dw_reduce_packed's parameters (widths in words)."""
-    values = dict(dw_partial=partial, dw=dw, TILE_G=C.REDUCE_TILE_G, TILE_N=C.REDUCE_TILE_N,
-                  TILE_W=C.REDUCE_TILE_N // 2, HALF=half)  # fmt: skip
+def _reduce_params(partial, dw, half=None, tiles=(C.REDUCE_TILE_G, C.REDUCE_TILE_N)):
+    """dw_reduce's (half None) or dw_reduce_packed's parameters (widths in words) at (TILE_G, TILE_N)."""
+    values = dict(dw_partial=partial, dw=dw, TILE_G=tiles[0], TILE_N=tiles[1], TILE_W=tiles[1] // 2,
+                  HALF=half)  # fmt: skip
     return list(S.arguments("dw_reduce" if half is None else "dw_reduce_packed", values))
 
 
@@ -281,8 +281,10 @@ def _flag_jobs(add, x):
                 _bwd_split_params(x, w, sp.tile_m, sp.tile_n, ODD_SPLIT, round_xhat, sp.memory))  # fmt: skip
         add(f"bwd_row_dot {x} w={w}", L.backward_kernel("row_dot", ch.hints),
             _bwd_dot_params(x, w, ch.tile_m, ch.tile_n))  # fmt: skip
-        if w is not None:
-            add(f"dw_reduce {x} w={w}", K.dw_reduce, _reduce_params(arr("float32", 2), arr(w, 1)))
+        if w is not None:  # every (TILE_G, TILE_N) that config.reduce_tiles gives
+            for tiles in C.reduce_tile_pairs():
+                add(f"dw_reduce {x} w={w} tiles={tiles}", K.dw_reduce, _reduce_params(arr("float32", 2), arr(w, 1),
+                                                                                       tiles=tiles))  # fmt: skip
     if x != "float32":  # the packed kernels take 16-bit words only (a weight of x's dtype, or none)
         add(f"dw_reduce_packed {x}", K.dw_reduce_packed, _reduce_params(arr("float32", 3), arr("int32", 1), _half(x)))
         for (w, round_xhat), tail in pairwise(((x, False), (x, True), (None, False)), (0, REP_TAIL)):
@@ -310,7 +312,9 @@ def _unaligned_jobs(add):
         )
         add("unaligned bwd_split", L.backward_kernel("split", sp.hints),
             _bwd_split_params(x, x, sp.tile_m, sp.tile_n, ODD_SPLIT, True, sp.memory))  # fmt: skip
-        add("unaligned dw_reduce", K.dw_reduce, _reduce_params(arr("float32", 2), arr(x, 1)))
+        for tiles in C.reduce_tile_pairs():
+            add(f"unaligned dw_reduce tiles={tiles}", K.dw_reduce, _reduce_params(arr("float32", 2), arr(x, 1),
+                                                                                  tiles=tiles))  # fmt: skip
     finally:
         _ALIGNED[0] = True
 

@@ -209,6 +209,22 @@ def test_split_forward_needs_rows_of_16_element_multiples():
     assert C.plan_forward(1953, 34360, 132, elem_size=4, device_key=H200).kernel == "split"
 
 
+def test_reduce_tiles_rule():
+    """dw_reduce's chunks spread N over the SMs (config.reduce_tiles: 16 to 256 columns, 16 KB
+    tiles of at least REDUCE_TILE_G rows; bench/NOTES.md, session 36): every pair is one the
+    compile-ahead check compiles, and the grid covers N within REDUCE_BLOCKS_PER_SM blocks an SM."""
+    assert C.reduce_tiles(678, 132) == (256, 16) and C.reduce_tiles(4804, 132) == (64, 64)
+    assert C.reduce_tiles(65536, 132) == (C.REDUCE_TILE_G, C.REDUCE_TILE_N)
+    for n in (1, 64, 128, 600, 678, 2048, 4804, 8192, 16384, 65535, 262144):
+        tile_g, tile_n = C.reduce_tiles(n, 132)
+        assert (tile_g, tile_n) in C.reduce_tile_pairs(), n
+        grid = C.reduce_grid(n, tile_n, 132)
+        assert 1 <= grid <= 132 * C.REDUCE_BLOCKS_PER_SM and (
+            grid * tile_n >= n or grid == 132 * C.REDUCE_BLOCKS_PER_SM
+        )
+        assert tile_n == C.REDUCE_TILE_N or -(-n // tile_n) <= 132 or tile_n == C.REDUCE_MIN_TILE_N, n
+
+
 def test_packed_backward_plans_on_the_h200():
     """16-bit backward rows of 7168-8192 take the shipped packed entries when the caller can
     make word views; otherwise, and for fp32, odd row lengths or the forward, the same tile
@@ -217,7 +233,9 @@ def test_packed_backward_plans_on_the_h200():
         p = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200, provides=C.Provides(words=True))
         assert p.kernel == "packed" and p.tile_n == 8192 and p.partial_shape(n) == (p.partial_rows, 2, n // 2)
         q = C.plan_backward(1 << 16, n, 132, elem_size=2, device_key=H200)
-        assert dataclasses.replace(p, kernel="tile") == q and q.partial_shape(n) == (q.partial_rows, n)
+        assert p.reduce_tiles == (C.REDUCE_TILE_G, C.REDUCE_TILE_N)  # the packed reduction's (config.reduce_tiles)
+        assert dataclasses.replace(p, kernel="tile", reduce_tiles=q.reduce_tiles, reduce_grid=q.reduce_grid) == q
+        assert q.partial_shape(n) == (q.partial_rows, n)
     words = C.Provides(words=True)
     assert C.plan_backward(1 << 16, 8191, 132, elem_size=2, device_key=H200, provides=words).kernel == "tile"
     assert C.plan_backward(1 << 16, 8192, 132, elem_size=4, device_key=H200, provides=words).kernel == "tile"

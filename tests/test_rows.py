@@ -312,6 +312,30 @@ def test_prefetch_backward(dev, shape, what, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
+# Gathered multi-row backward tiles that overhang A run the tiles wholly inside A in one loop and
+# the overhanging ones in a checked loop after it (kernels._whole_tiles, _tail_start): grids of 1,
+# 2 and 3 blocks and more blocks than tiles, with and without the prefetch; no whole tile at all
+# (fewer rows than a tile), one, and many.
+SPLIT_CASES = [((1, 689), "no whole tile"), ((3, 689), "one whole tile"), ((23, 689), "many tiles a block")]
+
+
+@pytest.mark.parametrize("shape,what", SPLIT_CASES, ids=[c[1] for c in SPLIT_CASES])
+@pytest.mark.parametrize("grid", [1, 2, 3, 13])
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+def test_gathered_backward_overhanging_a(dev, shape, what, grid, prefetch, gen):
+    """dx and dw (NaN-poisoned first) of 2-row gathered bf16 tiles whose last tile overhangs A."""
+
+    def plan_of(op, a, b, n, es, sms):
+        p = RL.plan(op, a, b, n, es, sms, any_length=True, lanes=False, long=False, static=False)
+        if op == "forward":
+            return p
+        p = dataclasses.replace(RL.plan(op, a, b, n, es, sms, tile_rows=2, static=False), grid=grid, prefetch=prefetch)
+        assert p.tile_a == 2 and p.check_a and p.loads == K.LOADS_GATHER, p
+        return p
+
+    _check_planned(dev, shape, torch.bfloat16, "llama", True, 0.0, gen, plan_of)
+
+
 # The forward that loads each block's next tile before it reduces and stores this one (rows_fwd's
 # PREFETCH, a persistent grid of plain loads): grids of 3 blocks, so that blocks run several tiles,
 # and blocks with no tile at all (their prefetch clamped to the last tile).
@@ -991,6 +1015,20 @@ def test_prefetch_rule():
     assert not plan("backward", 99, 1, 20001, 2, SMS).prefetch  # the long kernels
     assert plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=True, prefetch=True).prefetch
     assert not plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=False, prefetch=True).prefetch  # a tile a block
+
+
+def test_row_forward_warps_rule():
+    """One-row forward tiles of 16-bit rows whose start is 8-byte, not 16-byte, aligned (4 mod 8)
+    take 8 warps where that gives more warps an SM (plan.ROW_FWD_WARPS: 4100-6140, 4 blocks of 8
+    warps; bench/NOTES.md, session 36: 1.12-1.16x); other alignments at those lengths (they tied
+    or lost), rows whose 4-warp tiles run 8 blocks (2604), fp32 rows and overrides keep 4."""
+    for n in (4100, 4636, 4804, 5212, 5988, 6116, 6140):
+        p = plan("forward", 1 << 16, 1, n, 2, SMS)
+        assert (p.kind, p.tile_a, p.warps, p.occupancy) == ("tile", 1, 8, 4), (n, p)
+    for n, es in ((4441, 2), (4354, 2), (4392, 2), (4464, 2), (5722, 2), (2604, 2), (2092, 2), (4802, 4)):
+        p = plan("forward", 1 << 16, 1, n, es, SMS)
+        assert p is None or p.kind != "tile" or p.tile_a > 1 or p.warps == 4, (n, es, p)
+    assert plan("forward", 1 << 16, 1, 4804, 2, SMS, occupancy=4).warps == 4  # an override keeps the old line
 
 
 def test_short_backward_rule():

@@ -501,10 +501,43 @@ def plan_forward(
 # ---------------------------------------------------------------------------------------------
 # Backward
 
-# dW reduction: a (partial_rows x N) fp32 buffer summed over its rows.
+# dW reduction: a (partial_rows x N) fp32 buffer summed over its rows by dw_reduce, one block a
+# chunk of TILE_N columns, TILE_G rows at a time. The chunks are the narrowest power of two that
+# spreads N over the SMs' blocks (REDUCE_MIN_TILE_N to REDUCE_TILE_N columns), each tile
+# REDUCE_TILE_ELEMS elements (16 KB) and at least REDUCE_TILE_G rows (``reduce_tiles``). Before
+# session 36 every chunk was 32 x 256: cdiv(N, 256) blocks, 3 for N = 678, each walking 528 partial
+# rows. Session 36 (bench/NOTES.md; dw_reduce alone on the H200, graph replay, the partials in L2
+# as the backward leaves them, us, (rows, N): 32 x 256 -> the rule's tile): (528, 678) 31.7 -> 6.7
+# (256 x 16), (1056, 600) 16.6 -> 3.8, (528, 1294) 31.8 -> 6.8, (1056, 1024) 16.6 -> 3.8, (528,
+# 2048) 9.3 -> 3.2, (528, 128) 9.2 -> 2.9, (264, 4804) 5.8 -> 3.7 (64 x 64), (264, 8192) 5.7 -> 4.0
+# (64 x 64); the other tiles measured (32 x 64, 64 x 128, 128 x 32, 128 x 64, 256 x 32) were slower
+# at those N but for 256 x 32 at 2048 (3.4) and 128 x 64 at 4804 (3.8); (132, 16384) ran 32 x 256
+# 4.1, 64 x 128 4.5. The packed reduction (dw_reduce_packed, REDUCE_TILE_N // 2 words) keeps 32 x 256.
 REDUCE_TILE_G = 32
 REDUCE_TILE_N = 256
+REDUCE_MIN_TILE_N = 16
+REDUCE_TILE_ELEMS = 4096
 REDUCE_BLOCKS_PER_SM = 4
+
+
+def reduce_tiles(n: int, num_sms: int) -> tuple[int, int]:
+    """(TILE_G, TILE_N) of dw_reduce for N-column dW partials on num_sms SMs (see above)."""
+    tile_n = min(REDUCE_TILE_N, max(REDUCE_MIN_TILE_N, next_pow2(-(-n // num_sms))))
+    return max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // tile_n), tile_n
+
+
+def reduce_grid(n: int, tile_n: int, num_sms: int) -> int:
+    """dw_reduce's blocks: one a column chunk, at most REDUCE_BLOCKS_PER_SM an SM."""
+    return max(1, min(-(-n // tile_n), num_sms * REDUCE_BLOCKS_PER_SM))
+
+
+def reduce_tile_pairs() -> tuple[tuple[int, int], ...]:
+    """Every (TILE_G, TILE_N) that reduce_tiles gives (the compile-ahead check compiles each)."""
+    widths, w = [], REDUCE_MIN_TILE_N
+    while w <= REDUCE_TILE_N:
+        widths.append(w)
+        w *= 2
+    return tuple((max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // w), w) for w in widths)
 
 
 @dataclass(frozen=True)
@@ -521,7 +554,7 @@ class BackwardPlan:
     kernel "packed": "tile" on int32 word views of 16-bit arrays; tail > 0: each row is a
     tile_n-wide and a tail-wide tile (KernelConfig), for "packed" only.
     Either way dW partials land in an fp32 workspace of partial_shape(n), reduced by dw_reduce
-    (dw_reduce_packed) on reduce_grid blocks.
+    (dw_reduce_packed) on reduce_grid blocks of reduce_tiles ((TILE_G, TILE_N): reduce_tiles).
     """
 
     kernel: str
@@ -538,6 +571,7 @@ class BackwardPlan:
     memory: tuple = (True, 0)
     slots: tuple = ()
     tail: int = 0
+    reduce_tiles: tuple = (REDUCE_TILE_G, REDUCE_TILE_N)
 
     @property
     def needs_row_dot(self) -> bool:
@@ -559,22 +593,23 @@ def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tu
 
 def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num_sms: int) -> BackwardPlan:
     """The backward plan of a config (and, for a chunked one, the row-dot kernel's config)."""
-    reduce_grid = max(1, min(-(-n // REDUCE_TILE_N), num_sms * REDUCE_BLOCKS_PER_SM))
+    tiles = (REDUCE_TILE_G, REDUCE_TILE_N) if cfg.kernel == "packed" else reduce_tiles(n, num_sms)
+    rgrid = reduce_grid(n, tiles[1], num_sms)
     if cfg.kernel in ("tile", "packed"):
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
         grid = balanced_grid(m, tile_m, cfg.blocks_per_sm, num_sms)
-        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, reduce_grid, memory=cfg.memory,
-                            tail=cfg.tail)  # fmt: skip
+        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, rgrid, memory=cfg.memory,
+                            tail=cfg.tail, reduce_tiles=tiles)  # fmt: skip
     if cfg.kernel == "split":
         splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
-        return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, reduce_grid, memory=cfg.memory,
-                            slots=slots)  # fmt: skip
+        return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, rgrid, memory=cfg.memory,
+                            slots=slots, reduce_tiles=tiles)  # fmt: skip
     groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
     dot_m = fill_sms(dot.tile_m, m, num_sms)
     dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)
     return BackwardPlan(
-        "chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, reduce_grid,
-        dot_m, dot.tile_n, dot_grid, dot.hints, cfg.memory,
+        "chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, rgrid,
+        dot_m, dot.tile_n, dot_grid, dot.hints, cfg.memory, reduce_tiles=tiles,
     )  # fmt: skip
 
 

@@ -22,8 +22,6 @@ from cutile_rms.rmsnorm import kernels as K
 from cutile_rms.rmsnorm import signatures as S
 from cutile_rms.rmsnorm.config import (
     OCCUPANCIES,
-    REDUCE_TILE_G,
-    REDUCE_TILE_N,
     WARPS,
     BackwardPlan,
     ForwardPlan,
@@ -234,8 +232,8 @@ def launch_backward(
                _args("chunked", values))  # fmt: skip
     if has_weight:  # the fixed-order sum of the fp32 partials (TILE_W: in words)
         reduce = "dw_reduce_packed" if plan.kernel == "packed" else "dw_reduce"
-        rv = dict(dw_partial=dw_partial, dw=dw, TILE_G=REDUCE_TILE_G, TILE_N=REDUCE_TILE_N, TILE_W=REDUCE_TILE_N // 2,
-                  HALF=half)  # fmt: skip
+        tile_g, tile_n = plan.reduce_tiles
+        rv = dict(dw_partial=dw_partial, dw=dw, TILE_G=tile_g, TILE_N=tile_n, TILE_W=tile_n // 2, HALF=half)
         launch(stream, (plan.reduce_grid,), _VARIANTS[reduce].kernel, S.arguments(reduce, rv))
 
 

@@ -307,6 +307,35 @@ def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
     return LOADS == LOADS_GATHER and CHECK_A and (ia + 1) * TILE_A <= a
 
 
+@tile_function
+def _split_a(CHECK_A: C_BOOL, LOADS: C_INT):
+    """Whether the row tiles run as two loops (``_whole_tiles``): gathered tiles that can overhang A."""
+    return LOADS == LOADS_GATHER and CHECK_A
+
+
+@tile_function
+def _whole_tiles(a, tiles, tiles_b, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
+    """The tiles the unchecked loop runs: where the tiles are gathered and can overhang A, the
+    tiles wholly inside A (the first (A // TILE_A) * tiles_b: t = ia * tiles_b + ib), the rest
+    left to a checked loop after it (``_tail_start``); all tiles elsewhere. A block meets its
+    tiles in the same order as in one loop with a branch a tile, whose body held both paths (SASS,
+    bf16 2 x (512 + 256) backward of rows of 678: 829 instructions a loop at M = 99999, 402 at
+    99998; the two loops: 401 and the tail). Session 36, H200 (ab/s36e, with config.reduce_tiles):
+    98981 x 678 204.8 -> 134.7 us, 98980 x 678 168.7 -> 144.9; the forward keeps one loop (its 16-row
+    gathered tiles spilled 16 bytes as two loops and ran within 1%)."""
+    if _split_a(CHECK_A, LOADS):
+        return (a // TILE_A) * tiles_b
+    else:
+        return tiles
+
+
+@tile_function
+def _tail_start(whole):
+    """This block's first tile at or past ``whole`` in its grid-stride order."""
+    g = ct.num_blocks(0)
+    return ct.bid(0) + ct.cdiv(ct.maximum(whole - ct.bid(0), 0), g) * g
+
+
 @row_kernel
 def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArray, rstd_out, eps, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
@@ -438,6 +467,18 @@ def _bwd_math(n, dx, rstd, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, i
     return a0, a1, a2
 
 
+@tile_function
+def _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A: C_INT, TILE_B: C_INT,
+              W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL, C0: C_BOOL, C1: C_BOOL,
+              C2: C_BOOL, CA: C_BOOL, LOADS: C_INT):  # fmt: skip
+    """rows_bwd's loads and work on row tile t, without a prefetch; returns the dW accumulators."""
+    ia, ib = _tile(t, tiles_b)
+    r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, C0, C1, C2, CA,
+                                           LOADS)  # fmt: skip
+    return _bwd_math(x.shape[2], dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1, W2,
+                     HAS_WEIGHT, ROUND_XHAT, C0, C1, C2, LOADS)  # fmt: skip
+
+
 @row_kernel
 def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
@@ -449,7 +490,8 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
+    main_a = CHECK_A and LOADS != LOADS_GATHER  # the checks of the unchecked loop's rows (_whole_tiles)
+    _, _, m0, m1, m2 = _pieces(W0, W1, W2, main_a, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS, CAST_GEMMA)
     a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
     a1 = a0
@@ -458,43 +500,31 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
         a1 = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
     if W2 > 0:
         a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
+    whole = _whole_tiles(x.shape[0], tiles, tiles_b, TILE_A, CHECK_A, LOADS)
     if PREFETCH:
         ia, ib = _tile(ct.minimum(ct.bid(0), tiles - 1), tiles_b)
         if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, u0,
-                                                   u1, u2, False, LOADS)  # fmt: skip
+            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, m0,
+                                                   m1, m2, main_a, LOADS)  # fmt: skip
         else:
             r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0,
                                                    c1, c2, CHECK_A, LOADS)  # fmt: skip
-        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+        for t in range(ct.bid(0), whole, ct.num_blocks(0)):
             ia, ib = _tile(t, tiles_b)
-            na, nb = _tile(ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b)
-            if _whole(na, x.shape[0], TILE_A, CHECK_A, LOADS):
-                nr, nx0, nd0, nx1, nd1, nx2, nd2 = _bwd_loads(x, dy, rstd_in, na, nb, j1, j2, TILE_A, TILE_B, W0, W1,
-                                                              W2, u0, u1, u2, False, LOADS)  # fmt: skip
-            else:
-                nr, nx0, nd0, nx1, nd1, nx2, nd2 = _bwd_loads(x, dy, rstd_in, na, nb, j1, j2, TILE_A, TILE_B, W0, W1,
-                                                              W2, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
-            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
-                                       W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, LOADS)  # fmt: skip
-            else:
-                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
-                                       W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, LOADS)  # fmt: skip
+            na, nb = _tile(ct.minimum(t + ct.num_blocks(0), whole - 1), tiles_b)
+            nr, nx0, nd0, nx1, nd1, nx2, nd2 = _bwd_loads(x, dy, rstd_in, na, nb, j1, j2, TILE_A, TILE_B, W0, W1, W2,
+                                                          m0, m1, m2, main_a, LOADS)  # fmt: skip
+            a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1, W2,
+                                   HAS_WEIGHT, ROUND_XHAT, m0, m1, m2, LOADS)  # fmt: skip
             r, x0, d0, x1, d1, x2, d2 = nr, nx0, nd0, nx1, nd1, nx2, nd2
     else:
-        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
-            ia, ib = _tile(t, tiles_b)
-            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-                r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2,
-                                                       u0, u1, u2, False, LOADS)  # fmt: skip
-                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
-                                       W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, LOADS)  # fmt: skip
-            else:
-                r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2,
-                                                       c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
-                a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1,
-                                       W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, LOADS)  # fmt: skip
+        for t in range(ct.bid(0), whole, ct.num_blocks(0)):
+            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B, W0,
+                                   W1, W2, HAS_WEIGHT, ROUND_XHAT, m0, m1, m2, main_a, LOADS)  # fmt: skip
+    if _split_a(CHECK_A, LOADS):  # the tiles that overhang A, after the loop (_whole_tiles)
+        for t in range(_tail_start(whole), tiles, ct.num_blocks(0)):
+            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B, W0,
+                                   W1, W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(dw_partial, 0, a0, W0, CHECK_N and W1 == 0)
         if W1 > 0:

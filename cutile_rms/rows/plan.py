@@ -324,6 +324,17 @@ GATHERED_WARPS_PER_SM = 16
 # bf16 16384 x 8192 136.0 -> 135.5, fp32 16384 x 8192 263.1 -> 263.5, fp32 16384 x 7168 229.4 ->
 # 229.3.
 ODD_HINT_MIN_REGS = 128
+# One-row forward tiles of rows whose start is 8-byte but not 16-byte aligned (16-bit 4 mod 8 rows:
+# 8-byte loads) take 8 warps where 8-warp blocks give more warps an SM than 4-warp ones at the
+# register line's occupancy (``_warps_per_sm``: widths 4097-6144, 4 blocks of 8 warps against 4 of
+# 4). Session 36 (ab/s36a, s36c; H200, graph replay, about 64 Mi elements, us, 4 warps -> 8, both
+# at 4 blocks, persistent): bf16 4804 85.3 -> 73.4, 5212 84.1 -> 73.1, 6116 79.7 -> 71.2, 4636 85.2
+# -> 73.9, 5988 79.5 -> 70.3, fp16 4804 83.7 -> 72.7, 5212 82.5 -> 72.2. Rows of other alignments
+# tied or lost at the same widths (bf16 odd 4441 92.3 -> 93.4, 5873 87.2 -> 88.5; 2 mod 4 4354 75.4
+# -> 76.7, 5722 81.8 -> 81.6; 8 mod 16 4392 73.5 -> 75.5, 5528 70.3 -> 70.4; 16-byte 4464 72.9 ->
+# 75.6, 5680 70.0 -> 69.3), and 2604, whose 4-warp tiles already run 8 blocks, lost on 8 at 4 (70.2
+# -> 90.1).
+ROW_FWD_WARPS = 8
 # The backward's tiles read the block's next tile before they work on this one (RowsPlan.prefetch,
 # kernels.rows_bwd's PREFETCH) where the hint leaves a thread at least 128 registers (at most
 # PREFETCH_MAX_BLOCKS blocks of 4 warps an SM) and the register line's need passes that cap by
@@ -909,6 +920,12 @@ def _resident(need: float, threads: int) -> int:
     return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads, int(REGISTERS_PER_SM // (threads * need))))
 
 
+def _warps_per_sm(op: str, elem_size: int, width: int, warps: int) -> int:
+    """Warps an SM runs of one-row tiles of width on warps, at the register line's power-of-two
+    occupancy (ROW_FWD_WARPS above)."""
+    return warps * _prev_pow2(_resident(_need(op, elem_size, width, 1, warps), 32 * warps))
+
+
 def _prefetches(need: float, occupancy: int, threads: int) -> bool:
     """Whether a backward row tile of the register line's need, at occupancy blocks of threads
     an SM, reads its next tile first (PREFETCH_* above)."""
@@ -1246,6 +1263,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         warps = 8 if width > WIDE_TILE[op] or not four else 4  # (above GATHERED_BWD_MIN_WIDTH)
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
+    eight = elem_size < 4 and row_bytes % ALIGN_BYTES == 8  # (ROW_FWD_WARPS above)
+    if warps is None and occupancy is None and op == "forward" and rows == 1 and eight:
+        wide = wide or _warps_per_sm(op, elem_size, span, ROW_FWD_WARPS) > _warps_per_sm(op, elem_size, span, 4)
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
     need = _need(op, elem_size, span, rows, warps)
     if masked and auto and need > MASKED_NEED and 2 * rows <= MAX_TILE_ROWS:

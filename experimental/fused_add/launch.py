@@ -9,7 +9,7 @@ from cutile_rms._launch import launch
 from cutile_rms.experimental.fused_add import kernels as K
 from cutile_rms.rmsnorm import kernels as RK
 from cutile_rms.rmsnorm import signatures as S
-from cutile_rms.rmsnorm.config import ONLY_ARRAYS, REDUCE_TILE_G, REDUCE_TILE_N
+from cutile_rms.rmsnorm.config import ONLY_ARRAYS
 from cutile_rms.rmsnorm.launch import HintVariants, backward_kernel, backward_plan, forward_plan
 from cutile_rms.rows import launch as RL
 
@@ -151,5 +151,6 @@ def run_fused_backward(s, dy, dres, weight, rstd, dx, dr, dw, offset, casting, e
         launch(stream, (plan.partial_rows, plan.num_chunks), _VARIANTS["fused_add_bwd_chunked"][plan.hints],
                arguments("fused_add_bwd_chunked", dict(values, c_in=row_dot)))  # fmt: skip
     if has_weight:
-        reduce = dict(dw_partial=partial, dw=dw, TILE_G=REDUCE_TILE_G, TILE_N=REDUCE_TILE_N)
+        tile_g, tile_n = plan.reduce_tiles
+        reduce = dict(dw_partial=partial, dw=dw, TILE_G=tile_g, TILE_N=tile_n)
         launch(stream, (plan.reduce_grid,), RK.dw_reduce, S.arguments("dw_reduce", reduce))
