@@ -213,10 +213,10 @@ def test_reduce_tiles_rule():
     """dw_reduce's chunks spread N over the SMs (config.reduce_tiles: 16 to 256 columns, 16 KB
     tiles of at least REDUCE_TILE_G rows; bench/NOTES.md, session 36): every pair is one the
     compile-ahead check compiles, and the grid covers N within REDUCE_BLOCKS_PER_SM blocks an SM."""
-    assert C.reduce_tiles(678, 132) == (256, 16) and C.reduce_tiles(4804, 132) == (64, 64)
-    assert C.reduce_tiles(65536, 132) == (C.REDUCE_TILE_G, C.REDUCE_TILE_N)
+    assert C.reduce_tiles(678, 528, 132) == (256, 16) and C.reduce_tiles(4804, 264, 132) == (64, 64)
+    assert C.reduce_tiles(65536, 132, 132) == C.reduce_tiles(678, 32, 132) == (C.REDUCE_TILE_G, C.REDUCE_TILE_N)
     for n in (1, 64, 128, 600, 678, 2048, 4804, 8192, 16384, 65535, 262144):
-        tile_g, tile_n = C.reduce_tiles(n, 132)
+        tile_g, tile_n = C.reduce_tiles(n, 528, 132)
         assert (tile_g, tile_n) in C.reduce_tile_pairs(), n
         grid = C.reduce_grid(n, tile_n, 132)
         assert 1 <= grid <= 132 * C.REDUCE_BLOCKS_PER_SM and (

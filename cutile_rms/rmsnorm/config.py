@@ -504,7 +504,8 @@ def plan_forward(
 # dW reduction: a (partial_rows x N) fp32 buffer summed over its rows by dw_reduce, one block a
 # chunk of TILE_N columns, TILE_G rows at a time. The chunks are the narrowest power of two that
 # spreads N over the SMs' blocks (REDUCE_MIN_TILE_N to REDUCE_TILE_N columns), each tile
-# REDUCE_TILE_ELEMS elements (16 KB) and at least REDUCE_TILE_G rows (``reduce_tiles``). Before
+# REDUCE_TILE_ELEMS elements (16 KB) and at least REDUCE_TILE_G rows (``reduce_tiles``; partials of
+# at most REDUCE_TILE_G rows keep 32 x 256). Before
 # session 36 every chunk was 32 x 256: cdiv(N, 256) blocks, 3 for N = 678, each walking 528 partial
 # rows. Session 36 (bench/NOTES.md; dw_reduce alone on the H200, graph replay, the partials in L2
 # as the backward leaves them, us, (rows, N): 32 x 256 -> the rule's tile): (528, 678) 31.7 -> 6.7
@@ -520,8 +521,12 @@ REDUCE_TILE_ELEMS = 4096
 REDUCE_BLOCKS_PER_SM = 4
 
 
-def reduce_tiles(n: int, num_sms: int) -> tuple[int, int]:
-    """(TILE_G, TILE_N) of dw_reduce for N-column dW partials on num_sms SMs (see above)."""
+def reduce_tiles(n: int, rows: int, num_sms: int) -> tuple[int, int]:
+    """(TILE_G, TILE_N) of dw_reduce for (rows, N) dW partials on num_sms SMs (see above); partials
+    of at most REDUCE_TILE_G rows, which one 32 x 256 tile a chunk reads at once, keep that tile (the
+    decode set's M = 1 and 32, session 36: 2-6% slower on the narrow tiles, 0.1-0.3 us)."""
+    if rows <= REDUCE_TILE_G:
+        return REDUCE_TILE_G, REDUCE_TILE_N
     tile_n = min(REDUCE_TILE_N, max(REDUCE_MIN_TILE_N, next_pow2(-(-n // num_sms))))
     return max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // tile_n), tile_n
 
@@ -593,24 +598,26 @@ def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tu
 
 def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num_sms: int) -> BackwardPlan:
     """The backward plan of a config (and, for a chunked one, the row-dot kernel's config)."""
-    tiles = (REDUCE_TILE_G, REDUCE_TILE_N) if cfg.kernel == "packed" else reduce_tiles(n, num_sms)
-    rgrid = reduce_grid(n, tiles[1], num_sms)
+
+    def reduce(rows: int) -> dict:  # dw_reduce's tiles and grid for (rows, n) partials
+        tiles = (REDUCE_TILE_G, REDUCE_TILE_N) if cfg.kernel == "packed" else reduce_tiles(n, rows, num_sms)
+        return dict(reduce_grid=reduce_grid(n, tiles[1], num_sms), reduce_tiles=tiles)
+
     if cfg.kernel in ("tile", "packed"):
         tile_m = fill_sms(cfg.tile_m, m, num_sms)
         grid = balanced_grid(m, tile_m, cfg.blocks_per_sm, num_sms)
-        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, rgrid, memory=cfg.memory,
-                            tail=cfg.tail, reduce_tiles=tiles)  # fmt: skip
+        return BackwardPlan(cfg.kernel, tile_m, cfg.tile_n, grid, 1, cfg.hints, memory=cfg.memory, tail=cfg.tail,
+                            **reduce(grid))  # fmt: skip
     if cfg.kernel == "split":
         splits, tile_m, groups, slots = split_layout(cfg, m, n, num_sms)
-        return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, rgrid, memory=cfg.memory,
-                            slots=slots, reduce_tiles=tiles)  # fmt: skip
+        return BackwardPlan("split", tile_m, cfg.tile_n, groups, splits, cfg.hints, memory=cfg.memory, slots=slots,
+                            **reduce(groups))  # fmt: skip
     groups, num_chunks = chunked_backward_grid(m, cfg, n, num_sms)
     dot_m = fill_sms(dot.tile_m, m, num_sms)
     dot_grid = grid_size(m, dot_m, dot.blocks_per_sm, num_sms)
-    return BackwardPlan(
-        "chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, rgrid,
-        dot_m, dot.tile_n, dot_grid, dot.hints, cfg.memory, reduce_tiles=tiles,
-    )  # fmt: skip
+    return BackwardPlan("chunked", cfg.tile_m, cfg.tile_n, groups, num_chunks, cfg.hints, dot_tile_m=dot_m,
+                        dot_tile_n=dot.tile_n, dot_grid=dot_grid, dot_hints=dot.hints, memory=cfg.memory,
+                        **reduce(groups))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1024)

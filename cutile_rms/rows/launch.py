@@ -218,7 +218,7 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
 
 def _reduce_dw(partial, dw, device, stream) -> None:
     """dw = the sum of the (G, N) fp32 dW partials' rows (the core's dw_reduce)."""
-    tile_g, tile_n = reduce_tiles(partial.shape[1], device.num_sms)
+    tile_g, tile_n = reduce_tiles(partial.shape[1], partial.shape[0], device.num_sms)
     launch(
         stream, (reduce_grid(partial.shape[1], tile_n, device.num_sms),), CK.dw_reduce, (partial, dw, tile_g, tile_n)
     )
