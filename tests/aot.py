@@ -369,6 +369,7 @@ def _rows_jobs(add):
     """The row-tile kernels (the default forward and short-row backward): the plan of every
     ROWS_N (bf16 and fp32, 2-D inputs), with the training flags; every flag value pairwise at
     one plan; a head view (B > 1); and each kernel once for unaligned rows."""
+    from cutile_rms.rows import kernels as RK
     from cutile_rms.rows.plan import plan
 
     for x, es in (("bfloat16", 2), ("float32", 4)):
@@ -405,6 +406,12 @@ def _rows_jobs(add):
         for op in ("forward", "backward"):
             p = plan(op, 4099, 1, n, 2, 132, long=False)  # (6152 forward: long, _long_jobs' 8 | N rows)
             _rows_job(add, "static 8 | N", op, p, n, "bfloat16", "bfloat16")
+    # gathered multi-row backward tiles that overhang A: with the prefetch (two loops, kernels._whole_tiles,
+    # 678 on runtime layouts) and without it (one loop with a branch a tile: static 8 x 256 at 8 blocks)
+    for n in (678, 136):
+        p = plan("backward", 4099, 1, n, 2, 132)
+        assert p.check_a and p.loads == RK.LOADS_GATHER and p.tile_a > 1 and p.prefetch == (n == 678), p
+        _rows_job(add, "overhanging", "backward", p, n, "bfloat16", "bfloat16")
     for x in ("bfloat16", "float16"):
         weights = [x, "float32", None]
         at = {op: plan(op, 4099, 1, 1098, 2, 132) for op in ("forward", "backward")}

@@ -286,8 +286,9 @@ def test_rows_kernels(dev, shape, what, casting, dtype, has_weight, offset, gen)
 
 
 # The backward that reads each block's next tile before it works on this one (plan.prefetch):
-# the first tile read before the loop, the next one clamped to the last tile (blocks with no
-# tile at all, blocks whose next tile overhangs A on gathered loads, many tiles a block).
+# the first tile read before the loop, the next one clamped to the last tile (to the last whole
+# one, and the overhanging tile after the loop, on gathered loads; blocks with no tile at all,
+# many tiles a block).
 PREFETCH_CASES = [
     ((2, 3001), "one row a tile, one tile a block"),
     ((301, 689), "two-row gathered tiles, the last one overhangs A"),
@@ -312,8 +313,9 @@ def test_prefetch_backward(dev, shape, what, dtype, gen):
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
 
-# Gathered multi-row backward tiles that overhang A run the tiles wholly inside A in one loop and
-# the overhanging ones in a checked loop after it (kernels._whole_tiles, _tail_start): grids of 1,
+# Gathered multi-row backward tiles that overhang A run, with the prefetch, the tiles wholly inside A
+# in one loop and the overhanging ones in a checked loop after it (kernels._whole_tiles, _tail_start),
+# without it one loop with a branch a tile: grids of 1,
 # 2 and 3 blocks and more blocks than tiles, with and without the prefetch; no whole tile at all
 # (fewer rows than a tile), one, and many.
 SPLIT_CASES = [((1, 689), "no whole tile"), ((3, 689), "one whole tile"), ((23, 689), "many tiles a block")]
@@ -1019,7 +1021,7 @@ def test_prefetch_rule():
 
 def test_row_forward_warps_rule():
     """One-row forward tiles of 16-bit rows whose start is 8-byte, not 16-byte, aligned (4 mod 8)
-    take 8 warps where that gives more warps an SM (plan.ROW_FWD_WARPS: 4100-6140, 4 blocks of 8
+    take 8 warps on static layouts where that gives more warps an SM (plan.ROW_FWD_WARPS: 4100-6140, 4 blocks of 8
     warps; bench/NOTES.md, session 36: 1.12-1.16x); other alignments at those lengths (they tied
     or lost), rows whose 4-warp tiles run 8 blocks (2604), fp32 rows and overrides keep 4."""
     for n in (4100, 4636, 4804, 5212, 5988, 6116, 6140):
@@ -1029,6 +1031,8 @@ def test_row_forward_warps_rule():
         p = plan("forward", 1 << 16, 1, n, es, SMS)
         assert p is None or p.kind != "tile" or p.tile_a > 1 or p.warps == 4, (n, es, p)
     assert plan("forward", 1 << 16, 1, 4804, 2, SMS, occupancy=4).warps == 4  # an override keeps the old line
+    for n in (4804, 5212, 6116):  # runtime layouts load these rows 2 bytes an element: 8 warps tied or lost
+        assert plan("forward", 1 << 16, 1, n, 2, SMS, static=False).warps == 4, n
 
 
 def test_short_backward_rule():

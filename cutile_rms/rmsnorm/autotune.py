@@ -182,7 +182,8 @@ def tune_forward(x, w, y, rstd, eps, offset, casting, device, stream, candidates
 def tune_backward(x, dy, w, rstd, dx, offset, casting, empty_f32, device, stream, candidates=None) -> list:
     """Search the backward configs for x's row length; returns the "backward" winner and, when
     chunked candidates ran, the best "backward_dot" config. Overwrites dx. The dW reduction
-    is not timed (its cost depends only on the grid, a few % of the whole)."""
+    is not timed (config.reduce_tiles plans it from the grid and N: 3-7 us at the partials
+    measured in session 36)."""
     m, n = x.shape
     num_sms = device.num_sms
     has_weight = w is not None

@@ -503,7 +503,7 @@ def plan_forward(
 
 # dW reduction: a (partial_rows x N) fp32 buffer summed over its rows by dw_reduce, one block a
 # chunk of TILE_N columns, TILE_G rows at a time. The chunks are the narrowest power of two that
-# spreads N over the SMs' blocks (REDUCE_MIN_TILE_N to REDUCE_TILE_N columns), each tile
+# spreads N over the SMs, one chunk an SM (REDUCE_MIN_TILE_N to REDUCE_TILE_N columns), each tile
 # REDUCE_TILE_ELEMS elements (16 KB) and at least REDUCE_TILE_G rows (``reduce_tiles``; partials of
 # at most REDUCE_TILE_G rows keep 32 x 256). Before
 # session 36 every chunk was 32 x 256: cdiv(N, 256) blocks, 3 for N = 678, each walking 528 partial
@@ -528,7 +528,11 @@ def reduce_tiles(n: int, rows: int, num_sms: int) -> tuple[int, int]:
     if rows <= REDUCE_TILE_G:
         return REDUCE_TILE_G, REDUCE_TILE_N
     tile_n = min(REDUCE_TILE_N, max(REDUCE_MIN_TILE_N, next_pow2(-(-n // num_sms))))
-    return max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // tile_n), tile_n
+    return _reduce_tile_g(tile_n), tile_n
+
+
+def _reduce_tile_g(tile_n: int) -> int:
+    return max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // tile_n)
 
 
 def reduce_grid(n: int, tile_n: int, num_sms: int) -> int:
@@ -542,7 +546,7 @@ def reduce_tile_pairs() -> tuple[tuple[int, int], ...]:
     while w <= REDUCE_TILE_N:
         widths.append(w)
         w *= 2
-    return tuple((max(REDUCE_TILE_G, REDUCE_TILE_ELEMS // w), w) for w in widths)
+    return tuple((_reduce_tile_g(w), w) for w in widths)
 
 
 @dataclass(frozen=True)
@@ -569,6 +573,7 @@ class BackwardPlan:
     num_chunks: int
     hints: tuple
     reduce_grid: int
+    reduce_tiles: tuple  # dw_reduce's (TILE_G, TILE_N): reduce_tiles, (REDUCE_TILE_G, REDUCE_TILE_N) for packed
     dot_tile_m: int = 1
     dot_tile_n: int = 0
     dot_grid: int = 0
@@ -576,7 +581,6 @@ class BackwardPlan:
     memory: tuple = (True, 0)
     slots: tuple = ()
     tail: int = 0
-    reduce_tiles: tuple = (REDUCE_TILE_G, REDUCE_TILE_N)
 
     @property
     def needs_row_dot(self) -> bool:

@@ -303,26 +303,31 @@ def _whole(ia, a, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
     checks are fixed at compile time. Plain tiles keep one path: their checked loads of aligned
     rows are predicated 16-byte loads (SASS, bf16 8 x 1024: 776 instructions checked, 2168 with
     both paths), and both paths spilled 16 x 512 (24 bytes of stack) and ran 131073 x 512 at
-    71.3 us against 69.6 at M = 131072 (bench/NOTES.md, session 21)."""
-    return LOADS == LOADS_GATHER and CHECK_A and (ia + 1) * TILE_A <= a
+    71.3 us against 69.6 at M = 131072 (bench/NOTES.md, session 21). The branch a tile serves
+    rows_fwd and rows_bwd without the prefetch; the prefetching rows_bwd asks it of its first
+    tile only (``_whole_tiles``)."""
+    return _split_a(CHECK_A, LOADS) and (ia + 1) * TILE_A <= a
 
 
 @tile_function
 def _split_a(CHECK_A: C_BOOL, LOADS: C_INT):
-    """Whether the row tiles run as two loops (``_whole_tiles``): gathered tiles that can overhang A."""
+    """Whether the tiles can overhang A and are gathered (``_whole``, ``_whole_tiles``)."""
     return LOADS == LOADS_GATHER and CHECK_A
 
 
 @tile_function
 def _whole_tiles(a, tiles, tiles_b, TILE_A: C_INT, CHECK_A: C_BOOL, LOADS: C_INT):
-    """The tiles the unchecked loop runs: where the tiles are gathered and can overhang A, the
-    tiles wholly inside A (the first (A // TILE_A) * tiles_b: t = ia * tiles_b + ib), the rest
-    left to a checked loop after it (``_tail_start``); all tiles elsewhere. A block meets its
-    tiles in the same order as in one loop with a branch a tile, whose body held both paths (SASS,
-    bf16 2 x (512 + 256) backward of rows of 678: 829 instructions a loop at M = 99999, 402 at
-    99998; the two loops: 401 and the tail). Session 36, H200 (ab/s36e, with config.reduce_tiles):
-    98981 x 678 204.8 -> 134.7 us, 98980 x 678 168.7 -> 144.9; the forward keeps one loop (its 16-row
-    gathered tiles spilled 16 bytes as two loops and ran within 1%)."""
+    """The tiles the prefetching rows_bwd runs in its loop: where the tiles are gathered and can
+    overhang A, the tiles wholly inside A (the first (A // TILE_A) * tiles_b: t = ia * tiles_b +
+    ib), unchecked, the rest left to a checked loop after it (``_tail_start``); all tiles
+    elsewhere. A block meets its tiles in the same order as in one loop with a branch a tile, whose
+    body held both paths (SASS, bf16 2 x (512 + 256) backward of rows of 678: 829 instructions a
+    loop at M = 99999, 402 at 99998; the two loops: 401 and the tail). Session 36, H200 (ab/s36e,
+    with config.reduce_tiles): 98981 x 678 204.8 -> 134.7 us, 98980 x 678 168.7 -> 144.9. Tiles
+    without the prefetch keep the branch: the static short-row tiles at 8 blocks (64 registers)
+    spilled 32 more bytes as two loops and ran bf16 524289 x 72 86.5 -> 122.7 us, 264 333.2 ->
+    359.2 (the review of session 36); the forward's 16-row gathered tiles spilled 16 bytes and ran
+    within 1%."""
     if _split_a(CHECK_A, LOADS):
         return (a // TILE_A) * tiles_b
     else:
@@ -485,13 +490,14 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
              CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT, PREFETCH: C_BOOL):  # fmt: skip
     """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
     HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic.
-    PREFETCH: each iteration reads the block's next tile before it works on this one."""
+    PREFETCH: each iteration reads the block's next tile before it works on this one; gathered
+    tiles that can overhang A run the tiles wholly inside A so (the next one clamped to the last
+    of them), then the others in a checked loop without the prefetch (``_whole_tiles``)."""
     n = x.shape[2]
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
-    main_a = CHECK_A and LOADS != LOADS_GATHER  # the checks of the unchecked loop's rows (_whole_tiles)
-    _, _, m0, m1, m2 = _pieces(W0, W1, W2, main_a, CHECK_N)
+    _, _, u0, u1, u2 = _pieces(W0, W1, W2, False, CHECK_N)
     w0, w1, w2 = _weights(w, offset, W0, W1, W2, HAS_WEIGHT, CHECK_N, LOADS, CAST_GEMMA)
     a0 = ct.zeros((TILE_A, TILE_B, W0), dtype=ct.float32)
     a1 = a0
@@ -500,12 +506,14 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
         a1 = ct.zeros((TILE_A, TILE_B, W1), dtype=ct.float32)
     if W2 > 0:
         a2 = ct.zeros((TILE_A, TILE_B, W2), dtype=ct.float32)
-    whole = _whole_tiles(x.shape[0], tiles, tiles_b, TILE_A, CHECK_A, LOADS)
     if PREFETCH:
+        whole = _whole_tiles(x.shape[0], tiles, tiles_b, TILE_A, CHECK_A, LOADS)
+        main_a = CHECK_A and LOADS != LOADS_GATHER  # the loop's row checks: none where a tail loop follows
+        _, _, m0, m1, m2 = _pieces(W0, W1, W2, main_a, CHECK_N)
         ia, ib = _tile(ct.minimum(ct.bid(0), tiles - 1), tiles_b)
         if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, m0,
-                                                   m1, m2, main_a, LOADS)  # fmt: skip
+            r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, u0,
+                                                   u1, u2, False, LOADS)  # fmt: skip
         else:
             r, x0, d0, x1, d1, x2, d2 = _bwd_loads(x, dy, rstd_in, ia, ib, j1, j2, TILE_A, TILE_B, W0, W1, W2, c0,
                                                    c1, c2, CHECK_A, LOADS)  # fmt: skip
@@ -517,14 +525,19 @@ def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_
             a0, a1, a2 = _bwd_math(n, dx, r, x0, d0, x1, d1, x2, d2, w0, w1, w2, a0, a1, a2, ia, ib, j1, j2, W1, W2,
                                    HAS_WEIGHT, ROUND_XHAT, m0, m1, m2, LOADS)  # fmt: skip
             r, x0, d0, x1, d1, x2, d2 = nr, nx0, nd0, nx1, nd1, nx2, nd2
+        if _split_a(CHECK_A, LOADS):  # the tiles that overhang A, after the loop (_whole_tiles)
+            for t in range(_tail_start(whole), tiles, ct.num_blocks(0)):
+                a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B,
+                                       W0, W1, W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
     else:
-        for t in range(ct.bid(0), whole, ct.num_blocks(0)):
-            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B, W0,
-                                   W1, W2, HAS_WEIGHT, ROUND_XHAT, m0, m1, m2, main_a, LOADS)  # fmt: skip
-    if _split_a(CHECK_A, LOADS):  # the tiles that overhang A, after the loop (_whole_tiles)
-        for t in range(_tail_start(whole), tiles, ct.num_blocks(0)):
-            a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B, W0,
-                                   W1, W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            ia, _ = _tile(t, tiles_b)
+            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+                a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B,
+                                       W0, W1, W2, HAS_WEIGHT, ROUND_XHAT, u0, u1, u2, False, LOADS)  # fmt: skip
+            else:
+                a0, a1, a2 = _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TILE_A, TILE_B,
+                                       W0, W1, W2, HAS_WEIGHT, ROUND_XHAT, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
     if HAS_WEIGHT:
         _store_dw(dw_partial, 0, a0, W0, CHECK_N and W1 == 0)
         if W1 > 0:

@@ -325,7 +325,7 @@ GATHERED_WARPS_PER_SM = 16
 # 229.3.
 ODD_HINT_MIN_REGS = 128
 # One-row forward tiles of rows whose start is 8-byte but not 16-byte aligned (16-bit 4 mod 8 rows:
-# 8-byte loads) take 8 warps where 8-warp blocks give more warps an SM than 4-warp ones at the
+# 8-byte loads on static layouts) take 8 warps where 8-warp blocks give more warps an SM than 4-warp ones at the
 # register line's occupancy (``_warps_per_sm``: widths 4097-6144, 4 blocks of 8 warps against 4 of
 # 4). Session 36 (ab/s36a, s36c; H200, graph replay, about 64 Mi elements, us, 4 warps -> 8, both
 # at 4 blocks, persistent): bf16 4804 85.3 -> 73.4, 5212 84.1 -> 73.1, 6116 79.7 -> 71.2, 4636 85.2
@@ -333,7 +333,9 @@ ODD_HINT_MIN_REGS = 128
 # tied or lost at the same widths (bf16 odd 4441 92.3 -> 93.4, 5873 87.2 -> 88.5; 2 mod 4 4354 75.4
 # -> 76.7, 5722 81.8 -> 81.6; 8 mod 16 4392 73.5 -> 75.5, 5528 70.3 -> 70.4; 16-byte 4464 72.9 ->
 # 75.6, 5680 70.0 -> 69.3), and 2604, whose 4-warp tiles already run 8 blocks, lost on 8 at 4 (70.2
-# -> 90.1).
+# -> 90.1). On static layouts only: runtime layouts load such rows 2 bytes an element, and there 8
+# warps tied or lost (the review of session 36, H200, 4 -> 8 warps, us: 4804 89.8 -> 89.4, 4636 91.0
+# -> 90.9, 5212 91.6 -> 98.8, 6116 85.5 -> 93.5).
 ROW_FWD_WARPS = 8
 # The backward's tiles read the block's next tile before they work on this one (RowsPlan.prefetch,
 # kernels.rows_bwd's PREFETCH) where the hint leaves a thread at least 128 registers (at most
@@ -1263,7 +1265,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         warps = 8 if width > WIDE_TILE[op] or not four else 4  # (above GATHERED_BWD_MIN_WIDTH)
         occupancy = GATHERED_WARPS_PER_SM // warps
     wide = rows * width > WIDE_TILE[op] or (gathered16 and op == "forward" and rows == 1 and width >= WIDE_TILE[op])
-    eight = elem_size < 4 and row_bytes % ALIGN_BYTES == 8  # (ROW_FWD_WARPS above)
+    eight = static and elem_size < 4 and row_bytes % ALIGN_BYTES == 8  # 8-byte loads (ROW_FWD_WARPS above)
     if warps is None and occupancy is None and op == "forward" and rows == 1 and eight:
         wide = wide or _warps_per_sm(op, elem_size, span, ROW_FWD_WARPS) > _warps_per_sm(op, elem_size, span, 4)
     warps = warps or (8 if wide and (op == "forward" or rows == 1) else 4)
