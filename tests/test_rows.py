@@ -897,8 +897,9 @@ def test_native_llama_same_bits(dev, shape, with_static, at_runtime, static, dty
     it otherwise, and the custom ops' raw codes refuse it."""
     x, _, _ = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
     w = _adversarial_weight(shape[-1], dtype, x.device, gen)
-    a, b = row_groups(x)
     n = shape[-1]
+    x.view(-1, n)[0, w.float().abs() > 1e4] = 3.0  # |xhat| about 3 there: fp16's y overflows on every draw
+    a, b = row_groups(x)
     y32 = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     assert forward_casting(CK.CAST_LLAMA, x, w, x, 0.0) == CK.CAST_LLAMA_NATIVE
     assert forward_casting(CK.CAST_LLAMA, x, w, x, 1.0) == CK.CAST_LLAMA  # offset + w is not w
