@@ -540,6 +540,13 @@ def reduce_grid(n: int, tile_n: int, num_sms: int) -> int:
     return max(1, min(-(-n // tile_n), num_sms * REDUCE_BLOCKS_PER_SM))
 
 
+def reduce_plan(n: int, rows: int, num_sms: int, packed: bool = False) -> tuple[tuple[int, int], int]:
+    """((TILE_G, TILE_N), blocks) of the dW reduction of (rows, N) partials: dw_reduce's by
+    reduce_tiles, dw_reduce_packed's (packed) at 32 x 256; what every backward launcher runs."""
+    tiles = (REDUCE_TILE_G, REDUCE_TILE_N) if packed else reduce_tiles(n, rows, num_sms)
+    return tiles, reduce_grid(n, tiles[1], num_sms)
+
+
 def reduce_tile_pairs() -> tuple[tuple[int, int], ...]:
     """Every (TILE_G, TILE_N) that reduce_tiles gives (the compile-ahead check compiles each)."""
     widths, w = [], REDUCE_MIN_TILE_N
@@ -603,9 +610,9 @@ def chunked_backward_grid(m: int, cfg: KernelConfig, n: int, num_sms: int) -> tu
 def backward_plan_from(cfg: KernelConfig, dot: KernelConfig, m: int, n: int, num_sms: int) -> BackwardPlan:
     """The backward plan of a config (and, for a chunked one, the row-dot kernel's config)."""
 
-    def reduce(rows: int) -> dict:  # dw_reduce's tiles and grid for (rows, n) partials
-        tiles = (REDUCE_TILE_G, REDUCE_TILE_N) if cfg.kernel == "packed" else reduce_tiles(n, rows, num_sms)
-        return dict(reduce_grid=reduce_grid(n, tiles[1], num_sms), reduce_tiles=tiles)
+    def reduce(rows: int) -> dict:  # the dW reduction of (rows, n) partials
+        tiles, grid = reduce_plan(n, rows, num_sms, cfg.kernel == "packed")
+        return dict(reduce_grid=grid, reduce_tiles=tiles)
 
     if cfg.kernel in ("tile", "packed"):
         tile_m = fill_sms(cfg.tile_m, m, num_sms)

@@ -20,7 +20,7 @@ import threading
 from cutile_rms import interpret
 from cutile_rms._launch import launch
 from cutile_rms.rmsnorm import kernels as CK
-from cutile_rms.rmsnorm.config import reduce_grid, reduce_tiles
+from cutile_rms.rmsnorm.config import reduce_plan
 from cutile_rms.rmsnorm.launch import HintVariants, native_fits
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import FLAT_MAX_ELEMS, RowsPlan
@@ -218,10 +218,8 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
 
 def _reduce_dw(partial, dw, device, stream) -> None:
     """dw = the sum of the (G, N) fp32 dW partials' rows (the core's dw_reduce)."""
-    tile_g, tile_n = reduce_tiles(partial.shape[1], partial.shape[0], device.num_sms)
-    launch(
-        stream, (reduce_grid(partial.shape[1], tile_n, device.num_sms),), CK.dw_reduce, (partial, dw, tile_g, tile_n)
-    )
+    (tile_g, tile_n), grid = reduce_plan(partial.shape[1], partial.shape[0], device.num_sms)
+    launch(stream, (grid,), CK.dw_reduce, (partial, dw, tile_g, tile_n))
 
 
 def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
