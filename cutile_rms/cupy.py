@@ -179,12 +179,13 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
 
             r = xp.ascontiguousarray(rstd.reshape(m))
             p = None
-            if backward_by_default(n, x.itemsize):
-                p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms)
+            if backward_by_default(n, x.itemsize):  # contiguous rows may run the flat backward (plan.flat_fit)
+                flat = x2.flags.c_contiguous and dy2.flags.c_contiguous
+                p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms, flat=None if flat else False)
             if p is not None:  # as the torch API: the same kernel, the same bits
                 RL.run_backward(p, x2.reshape(m, 1, n), dy2.reshape(m, 1, n), _unit(xp, weight), r.reshape(m, 1),
                                 dx.reshape(m, 1, n), dw, float(offset), casting, empty_f32, target.info,
-                                target.stream)  # fmt: skip
+                                target.stream, empty=lambda shape: xp.empty(shape, dtype=weight.dtype))  # fmt: skip
             else:
                 run_backward(
                     x2, dy2, _unit(xp, weight), r, dx, dw, float(offset), casting, empty_f32, target.info,

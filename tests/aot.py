@@ -520,8 +520,8 @@ def _long_jobs(add):
 def _flat_jobs(add):
     """The flat rows forward (plan.flat_plan: unaligned rows contiguous end to end, one flat array
     of a 16-byte aligned base and any length) with and without rstd, each casting mode and weight
-    presence, each element size's plan; and the kernel that writes its shifted weights (a weight
-    of any length, the copies' rows 16-byte aligned)."""
+    presence, each element size's plan; the kernel that writes its shifted weights (a weight of
+    any length, the copies' rows 16-byte aligned); and the flat backward's two kernels."""
     from cutile_rms.rows import launch as RL
     from cutile_rms.rows.plan import flat_plan
 
@@ -552,9 +552,38 @@ def _flat_jobs(add):
                         RL._VARIANTS["forward_flat", False][q.hints],
                         [small[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
             if has_weight:
-                values = dict(w=weight, w_shift=shifted, TILE_N=p.widths[0])
+                values = dict(w=weight, w_shift=shifted, first=I32, TILE_N=p.widths[0])
                 add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],
                     [values[k] for k in RL.KERNELS["weight_shift"][1]])  # fmt: skip
+        # the flat backward (the rules' plan: 4 KB dx chunks, the row dot's 8 KB, the prefetch; and
+        # without it), its shifted weights one flat array from 16 bytes before each copy
+        for x, casting, has_weight in (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_LLAMA, True),
+                                       ("bfloat16", K.CAST_GEMMA, False), ("float16", K.CAST_NONE, True)):  # fmt: skip
+            p = flat_plan("backward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)
+            flat = arr(x, 1, last_div=1)
+            _ALIGNED[0] = False
+            weight = arr(x, 1)
+            _ALIGNED[0] = True
+            values = dict(
+                RL.constants(p, casting, has_weight),
+                x=flat,
+                dy=flat,
+                dx=flat,
+                n=I32,
+                offset=F32,
+                w=weight if has_weight else flat,
+                w_shift=arr(x, 1) if has_weight else flat,
+                rstd_in=mvec(),
+                c_out=mvec(),
+                c_in=mvec(),
+                dw_partial=mvec() if has_weight else flat,
+            )
+            add(f"rows dot_flat {x} cast={casting} w={has_weight} {p}", RL._VARIANTS["dot_flat", False][p.hints],
+                [dict(values, TILE_N=p.widths[1])[k] for k in RL.KERNELS["dot_flat"][1]])  # fmt: skip
+            for prefetch in (True, False):
+                add(f"rows backward_flat {x} cast={casting} w={has_weight} prefetch={prefetch} {p}",
+                    RL._VARIANTS["backward_flat", False][p.hints],
+                    [dict(values, PREFETCH=prefetch)[k] for k in RL.KERNELS["backward_flat"][1]])  # fmt: skip
     finally:
         _ALIGNED[0] = aligned
 

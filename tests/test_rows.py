@@ -62,6 +62,8 @@ def test_signatures_are_the_kernels():
         K.rows_bwd_lanes,
         K.rows_fwd_flat,
         K.rows_weight_shift,
+        K.rows_dot_flat,
+        K.rows_bwd_flat,
     } == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(python_function(kernel)).parameters) == params
@@ -151,7 +153,8 @@ def test_plan_rules():
     assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 2, SMS).kind == "long"  # long_fit
     assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 4, SMS) is None  # fp32: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 4, 4, SMS) is None  # aligned: the core kernels
-    assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS).kind == "long"  # unaligned: long rows
+    assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 2, SMS).kind == "long"  # unaligned: long rows
+    assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None  # fp32: the core (session 37)
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
@@ -239,7 +242,7 @@ def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
         if bp is not None:
             part = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
             RL.run_backward(bp, rows3(x, a, b), rows3(dy, a, b), w, rstd.view(a, b), dx.view(a, b, n), dw, offset,
-                            code, part, device, stream)  # fmt: skip
+                            code, part, device, stream, empty=shifted)  # fmt: skip
 
     launch_on_device(x, run)
     if dev.type == "cuda":
@@ -413,8 +416,11 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     rows.launch.STATIC_LAYOUTS falls back to."""
     n, es = shape[-1], torch.empty((), dtype=dtype).element_size()
     static = "runtime" not in what
-    bwd = plan("backward", 3, 1, n, es, SMS)
-    assert bwd.kind == "long" and not bwd.static  # the long backward: runtime layouts (session 23)
+    bwd = plan("backward", 3, 1, n, es, SMS)  # (rows read as rows: flat=False)
+    if es == 2:
+        assert bwd.kind == "long" and not bwd.static  # the long backward: runtime layouts (session 23)
+    else:
+        assert bwd is None  # fp32: the core's split kernels (session 37); the long backward on probes' plans
     fwd = plan("forward", 3, 1, n, es, SMS)
     assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
     one_row = long_static_chunk(n, es, SMS)  # a block a row, the chunk count compiled in (session 29)
@@ -445,13 +451,17 @@ FLAT_CASES = [
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 @pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
 def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, static, gen):
-    """y and rstd of the flat rows forward (its shifted weights NaN-poisoned before
-    rows_weight_shift writes them), the row length compiled in or at run time, with the backward
-    the rules give the rows, against float64."""
+    """Every output of the flat rows forward and backward (their shifted weights NaN-poisoned
+    before rows_weight_shift writes them), the forward's row length compiled in or at run time,
+    the backward on one or two groups of V rows (rows of every head length in a group; blocks
+    with no rows), reading each row's chunk before it works on the last one or not, against
+    float64."""
 
     def plan_of(op, a, b, n, es, sms):
         if op == "backward":
-            return plan(op, a, b, n, es, sms, any_length=True)
+            p = flat_plan(op, a, b, n, es, sms, chunk=chunk, prefetch=static, dot_chunk=chunk and 2 * chunk)
+            assert (p.kind, p.lanes, p.grid % p.lanes, p.prefetch) == ("flat", 16 // es, 0, static)
+            return dataclasses.replace(p, grid=p.lanes * (1 + static))
         p = flat_plan(op, a, b, n, es, sms, chunk=chunk, static=static)
         whole = (n - 2 * (p.lanes - 1)) // p.widths[0]  # chunks every row's interior holds
         assert (p.kind, p.lanes, p.static) == ("flat", 16 // es, static and whole >= 2)
@@ -464,8 +474,11 @@ def test_flat_rule():
     """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows of FLAT_MIN_BYTES[2][their
     low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
-    where two whole chunks fit a row's interior; never the backward, 16-bit 16 | N rows, fp32 rows
-    (not batch invariant there yet), shorter rows or a caller that did not allow it."""
+    where two whole chunks fit a row's interior; never 16-bit 16 | N rows, fp32 rows (not batch
+    invariant there yet), shorter rows or a caller that did not allow it. The flat backward
+    (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
+    past CORE_BWD_MAX_ELEMS, where the caller allows it: 4 KB chunks (the row dot's 8 KB) on 4 warps
+    at 4 blocks an SM, row groups a multiple of 8 whose blocks fit the SMs at once, the prefetch."""
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
              32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
@@ -474,11 +487,23 @@ def test_flat_rule():
         want = ("flat", chunk, blocks, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
-        for q in (plan("forward", 1176, 1, n, 2, SMS), plan("backward", 1176, 1, n, 2, SMS, flat=None)):
-            assert q is None or q.kind != "flat"  # flat=False (the default), and the backward
+        q = plan("forward", 1176, 1, n, 2, SMS)
+        assert q is None or q.kind != "flat"  # flat=False (the default)
     for n in (16001, 18002, 33786):  # fp32: not batch invariant on the flat kernel yet (plan.FLAT_MIN_BYTES)
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
         assert not flat_fit(n, 4) and (p is None or p.kind != "flat"), n
+    for n in (8197, 13933, 16387, 16386, 34020, 57085, 200001):
+        p = plan("backward", 1176, 1, n, 2, SMS, flat=None)
+        chunks = -(-n // 2048)
+        want = ("flat", (2048, 4096, 0), 4, 4, 8, True, False, 0)
+        assert (p.kind, p.widths, p.warps, p.occupancy, p.lanes, p.prefetch, p.static, p.grid % 8) == want, (n, p)
+        # the most groups whose blocks fit the SMs at once (the longest rows: 8 groups, two waves)
+        assert (p.grid * chunks <= SMS * 4 < (p.grid + 8) * chunks) or (p.grid == 8 and n == 200001), (n, p)
+        assert plan("backward", 1176, 1, n, 2, SMS).kind == "long"  # flat=False: rows read as rows
+    assert plan("backward", 5, 1, 34020, 2, SMS, flat=None).grid == 8  # at least the rows, a multiple of 8
+    for n, es in ((8191, 2), (8198, 2), (16382, 2), (16384, 2), (34024, 2), (34020, 4), (27983, 4)):
+        p = plan("backward", 1176, 1, n, es, SMS, flat=None)  # short, even to the core's, aligned, fp32
+        assert not flat_fit(n, es, "backward") and (p is None or p.kind != "flat"), (n, es, p)
     assert flat_fit(100001, 2)  # (16-bit rows: no L2 bound)
     top = FLAT_MAX_ELEMS // 8  # the longest row a launch's parts hold (rows.launch)
     assert flat_fit(top, 2) and not flat_fit(top + 2, 2)
@@ -492,8 +517,6 @@ def test_flat_rule():
         assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
     assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
     assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
-    with pytest.raises(ValueError, match="forward"):
-        flat_plan("backward", 9, 1, 8197, 2, SMS)
     with pytest.raises(ValueError, match="at least 16"):
         flat_plan("forward", 9, 1, 15, 2, SMS)
 
@@ -501,16 +524,23 @@ def test_flat_rule():
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 30001)], ids=str)
 def test_flat_rows_in_parts(dev, monkeypatch, dtype, n, gen):
     """Inputs past rows.launch.FLAT_MAX_ELEMS elements run in parts of a multiple of 16 bytes /
-    element rows: the same bits as one launch; a row's bits do not depend on the rows beside it
+    element rows, forward and backward: the same bits as one launch (but dW, whose partials the
+    parts group otherwise: against float64); a row's bits do not depend on the rows beside it
     (batch invariance: the first rows alone, and any rows' count)."""
-    x, _, w = make_inputs((45, n), dtype, dev, generator=gen)
+    x, dy, w = make_inputs((45, n), dtype, dev, generator=gen)
     with torch.no_grad():
         whole = rms_norm_forward(x, w, EPS)
+        grads = rms_norm_backward(x, dy, w, whole[1])
         monkeypatch.setattr(RL, "FLAT_MAX_ELEMS", 17 * n)
         parts = rms_norm_forward(x, w, EPS)
+        grads_parts = rms_norm_backward(x, dy, w, whole[1])
         alone = rms_norm_forward(x[:13], w, EPS)
+        dx_alone, _ = rms_norm_backward(x[:13], dy[:13], w, whole[1][:13])
     assert torch.equal(whole[0], parts[0]) and torch.equal(whole[1], parts[1])
     assert torch.equal(alone[0], whole[0][:13]) and torch.equal(alone[1], whole[1][:13])
+    assert torch.equal(grads[0], grads_parts[0]) and torch.equal(dx_alone, grads[0][:13])  # dx
+    _, _, _, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"dw": grads_parts[1]}, {"dw": dwr}, tolerances(dtype, dtype, "llama"), _few_rows(x, dy))  # 3 parts' dW
 
 
 @pytest.mark.parametrize("dtype,n", [(torch.bfloat16, 24577), (torch.float16, 33333), (torch.bfloat16, 32770)],
@@ -562,7 +592,8 @@ def _left_to_right(fn, x, axis, keepdims, name):
 def test_flat_rows_position_sweep(static, monkeypatch, gen):
     """Through the interpreter, forced flat plans of small chunks (64 elements) over row lengths
     from the shortest (16) past a chunk, that put the interior's end at, before and past a chunk
-    boundary: one row copied to 9 consecutive rows gives 9 equal outputs, y and rstd, at every
+    boundary: one row (x and dy) copied to 9 consecutive rows gives 9 equal outputs, y, rstd and
+    dx (the backward on 8 or 16 row groups: its c from the same sum), at every
     head length its N allows (all 8 for odd N, 4 for 2 mod 4, 2 for 4 mod 8 as 20 and 148, only
     d = 0 for 136); and every row, the first and the last too, against float64 (the session-33
     review's sweep: the first flat forward failed 640 cases). Reductions run left to right here, so
@@ -573,15 +604,51 @@ def test_flat_rows_position_sweep(static, monkeypatch, gen):
         for n in (16, 17, 20, 23, 64 + 7, 64 + 9, 2 * 64 + 8, 148, 3 * 64 - 5, 3 * 64 + 1, 150, 151, 199):
             x, dy, w = make_inputs((13, n), torch.bfloat16, "cpu", generator=gen)
             x[3:12] = x[2]
+            dy[3:12] = dy[2]
             p = dataclasses.replace(flat_plan("forward", 13, 1, n, 2, SMS, chunk=64, static=static), grid=3)
-            out = _poisoned_run(x, dy, w, "llama", 0.0, lambda device, p=p: (p, None))
-            y, rstd = out["y"], out["rstd"]
+            q = flat_plan("backward", 13, 1, n, 2, SMS, chunk=64, dot_chunk=64, prefetch=static)
+            q = dataclasses.replace(q, grid=8 * (1 + static))
+            out = _poisoned_run(x, dy, w, "llama", 0.0, lambda device, p=p, q=q: (p, q))
             for r in range(3, 12):
-                assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), (n, r)
-            yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
-            check_all(
-                {"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.bfloat16, torch.bfloat16, "llama")
-            )
+                assert all(torch.equal(out[k][r], out[k][2]) for k in ("y", "rstd", "dx")), (n, r)
+            yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+            ref = {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr}
+            check_all(out, ref, tolerances(torch.bfloat16, torch.bfloat16, "llama"), _few_rows(x, dy))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_flat_backward_c_is_position_free(dev, dtype, monkeypatch, gen):
+    """rows_dot_flat's c of one row (x and dy) copied to 9 consecutive rows is the same bits at
+    every head length its N allows: dx rounds away most of a 1-ulp difference in c, so the
+    workspace itself is compared. Rows of 64-element chunks whose interior ends at, before and
+    past a chunk boundary, and a row of the rules' chunks; fp32 and fp16 products are not exact in fp32, so on the GPU a term
+    fused into the sum's add in a chunk and rounded in the tail would differ (kernels._flat_wdy_x);
+    the interpreter adds left to right, so that a sum whose order the lanes' rotation changes
+    differs (with ct.sum in place of the exact sum, every dtype fails)."""
+    monkeypatch.setattr(interpret, "_reduce", _left_to_right)
+    es = torch.empty((), dtype=dtype).element_size()
+    for n, chunk in ((17, 64), (23, 64), (64 + 7, 64), (2 * 64 + 10, 64), (3 * 64 - 5, 64), (199, 64), (12001, None)):
+        x, dy, w = make_inputs((13, n), dtype, dev, generator=gen)
+        x[3:12] = x[2]
+        dy[3:12] = dy[2]
+        with torch.no_grad():
+            _, rstd = rms_norm_forward(x, w, EPS)
+        p = dataclasses.replace(flat_plan("backward", 13, 1, n, es, SMS, chunk=chunk, dot_chunk=chunk), grid=16 // es)
+        workspaces = []
+
+        def empty_f32(shape):
+            workspaces.append(torch.full(shape, float("nan"), device=dev))
+            return workspaces[-1]
+
+        dx, dw = torch.empty_like(x), torch.empty_like(w)
+        code = casting_code("llama", dtype == torch.float32)
+        launch_on_device(x, RL.run_backward, p, x.view(13, 1, n), dy.view(13, 1, n), w, rstd.view(13, 1),
+                         dx.view(13, 1, n), dw, 0.0, code, empty_f32, empty=w.new_empty)  # fmt: skip
+        c = workspaces[0].cpu()
+        assert c.shape == (13,) and torch.isfinite(c).all()
+        assert (c[3:12] == c[2]).all(), (n, c[2:12])
+        ref = ((dy.double() * w.double() * x.double()).sum(-1) * rstd.double() / n).float().cpu()
+        torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_flat_rows_keep_nan_and_inf(dev, gen):
@@ -724,8 +791,8 @@ def test_long_plans_compile_without_spills(op, dtype, n, sass):
     rules run with the count at run time; 64450, 32-bit loads, compiled in: session 23). The
     aligned rows of session 28's static long forward (bench/NOTES.md: spills of 16-56 bytes lost)."""
     dt = getattr(sass.ct, dtype)
-    p = plan(op, 4099, 1, n, sass.ES[dt], SMS)
-    assert p.kind == "long"
+    p = plan(op, 4099, 1, n, sass.ES[dt], SMS, long=True if sass.ES[dt] == 4 and op == "backward" else None)
+    assert p.kind == "long"  # (fp32 backward rows: the core's kernels by the rules; a caller may ask)
     for name, kernel, params, hints in sass.long_params(p, dt, 4099, n):
         r = sass.compile_report(kernel, params, **hints)
         assert "REG" in r and r["instructions"] > 0, (name, r)  # cuobjdump read the cubin
@@ -980,15 +1047,18 @@ def test_runtime_layouts(dev, shape, what, dtype, gen):
 def test_onepass_long_backward_where_two_blocks_fit():
     """The long backward runs in one kernel on even 16-bit rows whose two blocks an SM fit half of
     L2 (10812, 11500 won 1.16-1.63x; 12474 tied, longer rows lost: bench/NOTES.md, session 25),
-    on static layouts; odd rows, fp32 rows, longer rows and runtime layouts keep the two kernels."""
+    on static layouts; odd rows, longer rows and runtime layouts keep the two kernels (fp32 rows
+    run the core's)."""
     for n in (8202, 10812, 11500, 11902):
         p = plan("backward", 5000, 1, n, 2, SMS)
         assert (p.kind, p.onepass, p.occupancy, p.static) == ("long", True, 2, True), n
         p = plan("backward", 5000, 1, n, 2, SMS, static=False)
         assert p is None or not p.onepass
-    for n, es in ((10813, 2), (21630, 2), (16390, 2), (13933, 2), (11902, 4), (8202, 4), (12474, 4)):
-        p = plan("backward", 5000, 1, n, es, SMS)
-        assert p.kind == "long" and not p.onepass, (n, es)
+    for n in (10813, 21630, 16390, 13933):
+        p = plan("backward", 5000, 1, n, 2, SMS)
+        assert p.kind == "long" and not p.onepass, n
+    for n in (11902, 8202, 12474):  # fp32: the core's kernels (session 37)
+        assert plan("backward", 5000, 1, n, 4, SMS) is None, n
     for n in (12474, 13642, 15002, 16382):  # even, past the one-pass: the core kernels (plan.CORE_BWD_MAX_ELEMS)
         assert plan("backward", 5000, 1, n, 2, SMS) is None and backward_by_default(n, 2), n
         assert plan("backward", 5000, 1, n, 2, SMS, long=True).kind == "long"  # a caller may still ask
@@ -1187,9 +1257,8 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
              (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
     assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: None, 16384: None, 16388: "long",
                      18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip
-    for n in (13313, 14001, 18431):  # the backward of unaligned rows: the long kernels on runtime layouts
-        b = plan("backward", 99999, 1, n, 4, SMS)
-        assert b.kind == "long" and not b.static and not b.onepass, (n, b)
+    for n in (13313, 14001, 18431):  # the backward of unaligned rows: the core's kernels (session 37)
+        assert plan("backward", 99999, 1, n, 4, SMS) is None, n
     assert plan("backward", 99999, 1, 16388, 4, SMS) is None  # 16-byte aligned: the core backward
     assert plan("forward", 99999, 1, 14001, 4, 78).occupancy == 2  # at most LONG_FP32_MAX_BLOCKS (measured)
 
@@ -1374,7 +1443,7 @@ def test_default_backward_of_short_rows_is_the_row_tile_backward(monkeypatch):
     assert [backward_by_default(n, 4) for n in (16, 32, 64, 128, 256)] == [False, True, True, True, False]
     calls = []
     real = RL.run_backward
-    monkeypatch.setattr(RL, "run_backward", lambda *a: calls.append("rows") or real(*a))
+    monkeypatch.setattr(RL, "run_backward", lambda *a, **k: calls.append("rows") or real(*a, **k))
     core = torch_impl.run_backward
     monkeypatch.setattr(torch_impl, "run_backward", lambda *a, **k: calls.append("core") or core(*a, **k))
     with interpret.interpreting():
@@ -1507,13 +1576,13 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     """The public API (mode None) on unaligned 16-bit rows past the row tiles' 8192 elements: the
     long forward on even rows, odd ones on the row tiles or, past FLAT_MIN_BYTES, the flat
     forward (13933); backward as the rules plan it for
-    the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the two long
-    kernels, test_onepass_long_backward_where_two_blocks_fit); every output against float64."""
+    the device's SMs (on 132: 10002 the one-pass, 12474 the core kernels, 13933 the flat backward,
+    test_onepass_long_backward_where_two_blocks_fit, test_flat_rule); every output against float64."""
     from cutile_rms._device import INTERPRET_DEVICE, device_info
     from cutile_rms.rmsnorm import torch_impl
 
     sms = (device_info(torch.cuda.current_device()) if dev == "cuda" else INTERPRET_DEVICE).num_sms
-    want = plan("backward", 9, 1, n, 2, sms)
+    want = plan("backward", 9, 1, n, 2, sms, flat=None)
     backward = "core" if want is None else "onepass" if want.onepass else "two kernels"
 
     plans, calls = [], []
@@ -1529,8 +1598,9 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     assert plans[0].kind == ("flat" if flat_fit(n, 2) else "long" if n % 2 == 0 else "tile")  # x contiguous
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
-    else:
-        assert not calls and plans[1].kind == "long" and plans[1].onepass == (backward == "onepass")
+    else:  # contiguous: the flat backward where it fits (13933)
+        kind = "flat" if flat_fit(n, 2, "backward") else "long"
+        assert not calls and plans[1].kind == kind and plans[1].onepass == (backward == "onepass")
     yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
     check_all({"y": y, "dx": dx, "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tolerances(dtype, dtype, "llama"))
 

@@ -48,7 +48,8 @@ def plan_of(c, persistent=None):
     says "long": true (with "chunk", in elements); "lane_elems": the elements a lane of a lanes tile
     holds (the kernels' L; the rules' plan.LANES_ELEMS, or on the rows of plan.vector_lanes the
     elements it returns, sessions 31 and 32); "flat": plan's flat (absent: False, the rows read as
-    rows; null: where plan.flat_fit says; true: the flat rows forward, with "chunk")."""
+    rows; null: where plan.flat_fit says; true: the flat rows kernels, with "chunk", and the backward's
+    "dot_chunk": its row dot's chunk)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
@@ -59,6 +60,8 @@ def plan_of(c, persistent=None):
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
              unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"),
              flat=c.get("flat", False))  # fmt: skip
+    if p is not None and p.kind == "flat" and p.op == "backward" and c.get("dot_chunk"):  # the flat row dot's chunk
+        p = dataclasses.replace(p, widths=(p.widths[0], c["dot_chunk"], 0))
     if p is not None and p.kind == "lanes" and c.get("lane_elems"):
         if p.widths[0] % c["lane_elems"]:
             raise ValueError(f"lane_elems {c['lane_elems']} does not divide the lanes tile's width {p.widths[0]}")

@@ -120,7 +120,7 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
         return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, _stream(torch),
                                        int64=torch_impl._int64(x), as_words=torch_impl.as_words, plan=p)  # fmt: skip
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
-    return p, lambda: RL.run_backward(*args, info, _stream(torch))
+    return p, lambda: RL.run_backward(*args, info, _stream(torch), empty=lambda shape: w.new_empty(shape))
 
 
 def warm(task):
@@ -257,6 +257,7 @@ def _loads_label(c):
     if "flat" in c:
         lanes += {True: "-flat", None: "-flatrule", False: "-noflat"}[c["flat"]]
         lanes += f"-c{c['chunk']}" if c.get("chunk") else ""
+        lanes += f"-dot{c['dot_chunk']}" if c.get("dot_chunk") else ""
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

@@ -202,11 +202,12 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
         return t.contiguous().view(a, b, t.shape[-1])
 
 
-def _rows_plan(op: str, x: torch.Tensor):
+def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
-    a view the core kernels would copy take the row tiles anyway (plan.short_view_rows); the
-    forward of a contiguous x may take the flat rows kernel (plan.flat_fit)."""
+    a view the core kernels would copy take the row tiles anyway (plan.short_view_rows); where x
+    and the others (the backward's dy and rstd) are contiguous the flat rows kernels may run
+    (plan.flat_fit)."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
     n, es = x.shape[-1], x.element_size()
@@ -215,7 +216,8 @@ def _rows_plan(op: str, x: torch.Tensor):
     index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
     info = INTERPRET_DEVICE if index < 0 else device_info(index)
     # the flat rows forward reads rows contiguous end to end as one flat array (plan.flat_fit)
-    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if x.is_contiguous() else False)
+    flat = all(t.is_contiguous() for t in (x, *others))
+    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False)
     if p is None and b > 1 and short_view_rows(n, es):
         p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
     return p, a, b, n
@@ -241,7 +243,7 @@ def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
     """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
     plan; with default (mode None) only for the rows the default backward gives them: those
     backward_by_default names, and the short rows of a view (B > 1) that the core would copy."""
-    p, a, b, n = _rows_plan("backward", x)
+    p, a, b, n = _rows_plan("backward", x, dy, rstd)
     if p is None and a * b:
         return None
     if default and not (backward_by_default(n, x.element_size()) or b > 1):
@@ -260,7 +262,7 @@ def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
     r = r.view(a, b) if r.is_contiguous() else r.reshape(a, b)
     args = (p, rows3(x, a, b), rows3(dy, a, b), unit_stride(weight), r, dx.view(a, b, n), dw, offset, casting,
             empty_f32)  # fmt: skip
-    launch_on_device(x, RL.run_backward, *args)
+    launch_on_device(x, RL.run_backward, *args, empty=None if weight is None else weight.new_empty)
     return dx, dw
 
 

@@ -49,7 +49,10 @@ LONG_PARAMS = {
 FLAT_PARAMS = {
     "forward_flat": ("x", "w", "w_shift", "y", "rstd_out", "eps", "offset", "n", "N", "TILE_N", "V", "CASTING",
                      "HAS_WEIGHT", "STORE_RSTD"),
-    "weight_shift": ("w", "w_shift", "TILE_N"),
+    "weight_shift": ("w", "w_shift", "first", "TILE_N"),
+    "dot_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_out", "offset", "n", "TILE_N", "V", "HAS_WEIGHT"),
+    "backward_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_in", "dx", "dw_partial", "offset", "n", "TILE_N", "V",
+                      "HAS_WEIGHT", "ROUND_XHAT", "PREFETCH"),
 }  # fmt: skip
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
@@ -65,6 +68,8 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "backward_long_onepass": (K.rows_bwd_long_onepass, LONG_PARAMS["backward_long_onepass"]),
            "forward_flat": (K.rows_fwd_flat, FLAT_PARAMS["forward_flat"]),
            "weight_shift": (K.rows_weight_shift, FLAT_PARAMS["weight_shift"]),
+           "dot_flat": (K.rows_dot_flat, FLAT_PARAMS["dot_flat"]),
+           "backward_flat": (K.rows_bwd_flat, FLAT_PARAMS["backward_flat"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
 # Kernel objects by (op, static) and hints: runtime layouts (the kernels' twins, K.DYNAMIC) and the
@@ -112,7 +117,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     if p.kind == "long":
         shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll)
     elif p.kind == "flat":
-        shape = dict(TILE_N=p.widths[0], V=p.lanes)
+        shape = dict(TILE_N=p.widths[0], V=p.lanes, PREFETCH=p.prefetch)
     elif p.kind == "lanes":
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch)
     else:
@@ -162,12 +167,20 @@ def _flat(a):
     return a.reshape(-1)
 
 
+def _flat_step(n: int, v: int) -> int:
+    """The rows of a flat plan's launch: at most plan.FLAT_MAX_ELEMS elements (cuda.tile's int32
+    shapes), a multiple of v rows, so that every part starts at the alignment of the whole (16
+    bytes where the array's base is) and its rows run as in one launch."""
+    step = FLAT_MAX_ELEMS // n // v * v
+    if step == 0:
+        raise ValueError(f"the flat rows kernels take rows of at most {FLAT_MAX_ELEMS // v} elements, got {n}")
+    return step
+
+
 def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream,
                       empty) -> None:  # fmt: skip
     """run_forward of a flat plan: the weight's shifted copies (rows_weight_shift), then the flat
-    forward over the rows, in parts of at most plan.FLAT_MAX_ELEMS elements (cuda.tile's int32
-    shapes) of a multiple of V rows, so that every part starts at the alignment of the whole (16
-    bytes where x's base is) and its rows run as in one launch."""
+    forward over the rows, in parts (_flat_step)."""
     a, b, n = x.shape
     rows, v, chunk = a * b, p.lanes, p.widths[0]
     xf, yf = _flat(x), _flat(y)
@@ -177,14 +190,9 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
     if has_weight:
         if empty is None:
             raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
-        chunks = -(-n // chunk)
-        shifted = empty((v, chunks * chunk))
-        values = dict(w=weight, w_shift=shifted, TILE_N=chunk)
-        launch(stream, (v, chunks), _VARIANTS["weight_shift", False].kernel, arguments("weight_shift", values))
+        shifted = _shift_weight(weight, empty, v, chunk, -(-n // chunk), 0, stream)
     kernel = _VARIANTS["forward_flat", False][p.hints]
-    step = FLAT_MAX_ELEMS // n // v * v
-    if step == 0:
-        raise ValueError(f"the flat rows forward takes rows of at most {FLAT_MAX_ELEMS // v} elements, got {n}")
+    step = _flat_step(n, v)
     base = dict(constants(p, casting, has_weight, rf is not None), eps=float(eps), offset=float(offset), n=n,
                 N=n if p.static else 0, w_shift=shifted if has_weight else y.reshape(rows, n))  # fmt: skip
     for r0 in range(0, rows, step):
@@ -195,15 +203,29 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
         launch(stream, (min(p.grid, r1 - r0),), kernel, arguments("forward_flat", values))
 
 
+def _shift_weight(weight, empty, v: int, chunk: int, chunks: int, first: int, stream):
+    """The (v, chunks x chunk) shifted copies of the weight, copy k at w[i + k + first]
+    (kernels.rows_weight_shift), in a new array from empty(shape)."""
+    shifted = empty((v, chunks * chunk))
+    values = dict(w=weight, w_shift=shifted, first=first, TILE_N=chunk)
+    launch(stream, (v, chunks), _VARIANTS["weight_shift", False].kernel, arguments("weight_shift", values))
+    return shifted
+
+
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
-                 stream) -> None:  # fmt: skip
+                 stream, empty=None) -> None:  # fmt: skip
     """dx, and dw (weight's shape and dtype) unless weight is None; empty_f32(shape) allocates
     the (grid, N) fp32 dW partials on x's device. In llama and none casting dW uses xhat
-    rounded to x's dtype, as the forward multiplied the weight by it."""
+    rounded to x's dtype, as the forward multiplied the weight by it. A flat plan (kind "flat")
+    needs x, dy, dx and rstd C-contiguous and, with a weight, empty(shape): an uninitialised
+    array of the weight's dtype on x's device (its shifted copies)."""
     has_weight = weight is not None
     n = x.shape[2]
     if p.kind == "long":
         _run_backward_long(p, x, dy, weight, rstd, dx, dw, offset, casting, empty_f32, device, stream)
+        return
+    if p.kind == "flat":
+        _run_backward_flat(p, x, dy, weight, rstd, dx, dw, offset, casting, empty_f32, empty, device, stream)
         return
     lanes = p.kind == "lanes"
     partial = empty_f32((p.grid, p.widths[0] if lanes else n)) if has_weight else None
@@ -246,3 +268,46 @@ def _run_backward_long(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
                arguments("backward_long", values))  # fmt: skip
     if has_weight:
         _reduce_dw(partial[:, :n], dw, device, stream)  # its first n columns (rows 16-byte aligned)
+
+
+def _run_backward_flat(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, empty,
+                       device, stream) -> None:  # fmt: skip
+    """run_backward of a flat plan (x, dy, dx and rstd C-contiguous): the weight's shifted copies
+    from V before each column, c per row (rows_dot_flat), then the (row groups, chunks) grid
+    (rows_bwd_flat), in parts as _run_forward_flat's (each part's row groups writing dW partials
+    of their own), all the parts' (groups, N) partials summed by one dw_reduce."""
+    has_weight = weight is not None
+    a, b, n = x.shape
+    rows, v, chunk = a * b, p.lanes, p.widths[0]
+    xf, dyf, dxf, rf = _flat(x), _flat(dy), _flat(dx), _flat(rstd)
+    step = _flat_step(n, v)
+    parts = -(-rows // step)
+    c = empty_f32((rows,))
+    partial = empty_f32((parts * p.grid, n)) if has_weight else None
+    shifted = None
+    if has_weight:  # copies as wide as V columns, a row's [lo, b) and either kernel's chunk past it
+        if empty is None:
+            raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
+        wide = max(p.widths[:2])
+        shifted = _shift_weight(weight, empty, v, wide, -(-(n + v) // wide) + 1, -v, stream).reshape(-1)
+    base = dict(constants(p, casting, has_weight), w=weight if has_weight else xf, offset=float(offset), n=n,
+                w_shift=shifted if has_weight else xf)  # fmt: skip
+    dot, bwd = _VARIANTS["dot_flat", False][p.hints], _VARIANTS["backward_flat", False][p.hints]
+    for k in range(parts):
+        r0, r1 = k * step, min(rows, (k + 1) * step)
+        xs = xf[r0 * n : r1 * n]
+        values = dict(
+            base,
+            x=xs,
+            dy=dyf[r0 * n : r1 * n],
+            dx=dxf[r0 * n : r1 * n],
+            rstd_in=rf[r0:r1],
+            c_out=c[r0:r1],
+            c_in=c[r0:r1],
+            dw_partial=partial[k * p.grid : (k + 1) * p.grid].reshape(-1) if has_weight else xs,
+        )
+        launch(stream, (max(1, min(r1 - r0, device.num_sms * p.occupancy)),), dot,
+               arguments("dot_flat", dict(values, TILE_N=p.widths[1])))  # fmt: skip
+        launch(stream, (p.grid, -(-n // chunk)), bwd, arguments("backward_flat", values))
+    if has_weight:
+        _reduce_dw(partial, dw, device, stream)

@@ -137,10 +137,14 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   core); the gathered 16-bit backward on static layouts holds a row as one padded piece where the
   row fills 3/4 of it (PADDED_BWD_MIN_SHARE: 1.2-1.3x); the core's split backward takes its
   narrowest width (rmsnorm.config.narrow_split).
+- session 37: the backward of 16-bit rows that are not 16-byte aligned, contiguous, from 16 KB, odd
+  or past CORE_BWD_MAX_ELEMS, reads them flat too (FLAT_BWD_*: kernels.rows_dot_flat,
+  rows_bwd_flat; 1.02-1.31x the long backward); the fp32 backward of unaligned rows past the row
+  tiles runs the core's split kernels (1.02-1.08x the long backward).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long odd and
   2 mod 4 16-bit ones, contiguous, reads them flat: sessions 33-34 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
-  long-row kernels (``long_plan``: 16-bit forward, every backward; the forward of even 16-bit rows
+  long-row kernels (``long_plan``: 16-bit forward and backward, where not flat; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
@@ -149,11 +153,12 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   16-bit rows past 8192 elements run the long forward (from 12 KB on static layouts where they are
   not a multiple of 8 elements: ``long_static_chunk``, a block a row); their backward is the one-pass long
   backward where two blocks an SM fit half of L2, the core kernels past that up to 16384
-  elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25).
+  elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25; the flat backward where
+  the rows are contiguous, session 37).
 
 A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
-is reduced in the same order whatever batch it comes in (batch invariance; the flat rows forward,
-whose loads start where a row's alignment puts them, adds its sum's lanes exactly instead:
+is reduced in the same order whatever batch it comes in (batch invariance; the flat rows kernels,
+whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
 kernels._exact_sum); A sets the grid and
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
@@ -655,6 +660,26 @@ FLAT_BLOCKS = 4
 FLAT_WARPS = LONG_WARPS["forward"]  # not varied
 FLAT_STATIC_MIN_CHUNKS = 2
 FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
+# The flat backward (kernels.rows_dot_flat, rows_bwd_flat): 16-bit rows whose byte length is not a
+# multiple of 16, from FLAT_BWD_MIN_BYTES, that the rules would give the two-kernel long backward
+# (odd ones, and even ones past CORE_BWD_MAX_ELEMS: the core holds those below in one tile),
+# contiguous end to end. Two passes, as the long backward (x and dy read twice), each row's
+# interior 16 bytes a load: the row dot in FLAT_DOT_CHUNK_BYTES chunks, one row a block, on
+# SMs x FLAT_BWD_BLOCKS blocks; dx in FLAT_BWD_CHUNK_BYTES chunks on a (row groups, chunks) grid that
+# fits the SMs' FLAT_BWD_BLOCKS at once, the row groups a multiple of 16 bytes / element size,
+# each block reading its next row's chunk before it works on this one; FLAT_BWD_WARPS warps.
+# Session 37, H200, graph replay, about 64 Mi elements, us, the long backward -> this rule
+# (ab/s37d): bf16 8197 301.9 -> 236.6, 12001 265.5 -> 212.7, 17425 259.0 -> 217.0, 27982 252.0 ->
+# 212.6, 34020 251.4 -> 219.5, 57085 279.0 -> 213.4; fp16 34020 233.7 -> 229.7. The same kernels on
+# 8 warps, 8 KB chunks at 2 blocks: 0.97-1.2x the long backward (s37b); with 16 KB dot chunks
+# there, no better. ncu (s37c): bytes in flight, not the passes, hold it back (the core's
+# chunked backward of aligned rows, also two passes, reads at 79-83% of DRAM peak, TMA). fp32 rows
+# gain nothing from it (their loads are 4 bytes already: s37b 415-466 against 358-362).
+FLAT_BWD_MIN_BYTES = 16 * 1024  # (8197, the shortest measured: 1.28x)
+FLAT_BWD_CHUNK_BYTES = 4 * 1024
+FLAT_DOT_CHUNK_BYTES = 8 * 1024
+FLAT_BWD_WARPS = 4
+FLAT_BWD_BLOCKS = 4
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
 # W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
 # held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
@@ -1114,24 +1139,40 @@ def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 none
     yet)."""
     row_bytes = n * elem_size
-    long_enough = row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
-    return op == "forward" and long_enough and n <= FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size)
+    if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size):
+        return False
+    if op == "backward":
+        long = n % 2 == 1 or n > CORE_BWD_MAX_ELEMS  # (the even ones below: the core, _core_backward)
+        return elem_size == 2 and unaligned(n, elem_size) and row_bytes >= FLAT_BWD_MIN_BYTES and long
+    return row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, persistent: bool | None = None,
-              static: bool = True) -> RowsPlan:  # fmt: skip
-    """The plan of the flat rows forward (kind "flat": kernels.rows_fwd_flat) for (a, b, n) rows
-    contiguous end to end (FLAT_* above); the keywords override the rules (probes): chunk in
-    elements, a power of two; persistent True: a persistent grid (the rules: a block a row);
-    static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules: where
-    FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior). ``lanes`` holds the elements of 16
-    bytes (the kernel's V)."""
-    if op != "forward":
-        raise ValueError("the flat rows kernel is a forward")
+              static: bool = True, prefetch: bool | None = None, dot_chunk: int | None = None) -> RowsPlan:  # fmt: skip
+    """The plan of the flat rows kernels (kind "flat") for op on (a, b, n) rows contiguous end to
+    end (FLAT_* above): the forward kernels.rows_fwd_flat, the backward rows_dot_flat then
+    rows_bwd_flat (FLAT_BWD_* above). The keywords override the rules (probes): chunk in
+    elements, a power of two; forward: persistent True: a persistent grid (the rules: a block a
+    row); static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules:
+    where FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior); backward: prefetch (False:
+    off), dot_chunk (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes``
+    holds the elements of 16 bytes (the kernels' V)."""
     v = FLAT_ALIGN_BYTES // elem_size
     if n < 2 * v:
         raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
+    if op == "backward":
+        chunk = chunk or FLAT_BWD_CHUNK_BYTES // elem_size
+        dot_chunk = dot_chunk or FLAT_DOT_CHUNK_BYTES // elem_size
+        if max(chunk, dot_chunk) > EXACT_SUM_MAX_LANES:
+            raise ValueError(f"the flat rows kernel's chunks hold at most {EXACT_SUM_MAX_LANES} elements")
+        occupancy = occupancy or FLAT_BWD_BLOCKS
+        # row groups: a multiple of v (kernels.rows_bwd_flat) whose blocks, chunks a group, fit
+        # the SMs at once (s37a: rounded up past them, a second wave of 24 blocks cost 10%)
+        groups = min(-(-(a * b) // v), num_sms * occupancy // -(-n // chunk) // v)
+        grid = max(1, groups) * v
+        return RowsPlan(op, 1, 1, (chunk, dot_chunk, 0), warps or FLAT_BWD_WARPS, occupancy, grid, False, True,
+                        LOADS_GATHER, "flat", v, False, prefetch=prefetch is not False)  # fmt: skip
     wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
     chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
     if chunk > EXACT_SUM_MAX_LANES:
@@ -1199,7 +1240,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, op)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
-                         persistent=persistent, static=static)  # fmt: skip
+                         persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
                          unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
@@ -1241,7 +1282,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         ps = two if sum(two) < sum(ps) else ps
     width = sum(ps)
     if width > MAX_ROW_ELEMS[op]:
-        take_long = unal and (op == "backward" or elem_size < 4) and long is not False  # fp32 forward: the core's
+        take_long = unal and elem_size < 4 and long is not False  # fp32: the core's split kernels
         if not take_long:  # split kernels
             return None
         lp = long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
