@@ -621,8 +621,9 @@ def test_flat_backward_c_is_position_free(dev, dtype, monkeypatch, gen):
     """rows_dot_flat's c of one row (x and dy) copied to 9 consecutive rows is the same bits at
     every head length its N allows: dx rounds away most of a 1-ulp difference in c, so the
     workspace itself is compared. Rows of 64-element chunks whose interior ends at, before and
-    past a chunk boundary, and a row of the rules' chunks; fp32 and fp16 products are not exact in fp32, so on the GPU a term
-    fused into the sum's add in a chunk and rounded in the tail would differ (kernels._flat_wdy_x);
+    past a chunk boundary, and a row of the rules' chunks; fp32 and fp16 products are not exact
+    in fp32, so on the GPU a term fused into the sum's add in a chunk and rounded in the tail
+    would differ (kernels._flat_wdy_x);
     the interpreter adds left to right, so that a sum whose order the lanes' rotation changes
     differs (with ct.sum in place of the exact sum, every dtype fails)."""
     monkeypatch.setattr(interpret, "_reduce", _left_to_right)
@@ -636,7 +637,7 @@ def test_flat_backward_c_is_position_free(dev, dtype, monkeypatch, gen):
         p = dataclasses.replace(flat_plan("backward", 13, 1, n, es, SMS, chunk=chunk, dot_chunk=chunk), grid=16 // es)
         workspaces = []
 
-        def empty_f32(shape):
+        def empty_f32(shape, workspaces=workspaces):
             workspaces.append(torch.full(shape, float("nan"), device=dev))
             return workspaces[-1]
 
