@@ -477,8 +477,9 @@ def test_flat_rule():
     where two whole chunks fit a row's interior; never 16-bit 16 | N rows, fp32 rows (not batch
     invariant there yet), shorter rows or a caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
-    past CORE_BWD_MAX_ELEMS, where the caller allows it: 4 KB chunks (the row dot's 8 KB) on 4 warps
-    at 4 blocks an SM, row groups a multiple of 8 whose blocks fit the SMs at once, the prefetch."""
+    past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
+    them: 4 KB chunks (the row dot's 8 KB) on 4 warps at 4 blocks an SM, row groups a multiple of 8
+    whose blocks fit the SMs at once, the prefetch."""
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
              32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
@@ -501,6 +502,10 @@ def test_flat_rule():
         assert (p.grid * chunks <= SMS * 4 < (p.grid + 8) * chunks) or (p.grid == 8 and n == 200001), (n, p)
         assert plan("backward", 1176, 1, n, 2, SMS).kind == "long"  # flat=False: rows read as rows
     assert plan("backward", 5, 1, 34020, 2, SMS, flat=None).grid == 8  # at least the rows, a multiple of 8
+    for n in (16444, 20002):  # on 78 SMs the one-pass long backward holds these even rows: it keeps them
+        p = plan("backward", 1176, 1, n, 2, 78, flat=None)
+        assert flat_fit(n, 2, "backward") and (p.kind, p.onepass) == ("long", True), (n, p)
+    assert plan("backward", 1176, 1, 17001, 2, 78, flat=None).kind == "flat"  # odd: no one-pass
     for n, es in ((8191, 2), (8198, 2), (16382, 2), (16384, 2), (34024, 2), (34020, 4), (27983, 4)):
         p = plan("backward", 1176, 1, n, es, SMS, flat=None)  # short, even to the core's, aligned, fp32
         assert not flat_fit(n, es, "backward") and (p is None or p.kind != "flat"), (n, es, p)
@@ -616,40 +621,86 @@ def test_flat_rows_position_sweep(static, monkeypatch, gen):
             check_all(out, ref, tolerances(torch.bfloat16, torch.bfloat16, "llama"), _few_rows(x, dy))
 
 
+def _flat_c(p, x, dy, w, rstd, offset=0.0):
+    """The flat backward of plan p on 2-D x, dy (rstd given): its c workspace (rows_dot_flat's
+    mean(wdy * xhat) of each row), NaN-poisoned before, on the CPU."""
+    m, n = x.shape
+    workspaces = []
+
+    def empty_f32(shape):
+        workspaces.append(torch.full(shape, float("nan"), device=x.device))
+        return workspaces[-1]
+
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    code = casting_code("llama", x.dtype == torch.float32)
+    launch_on_device(x, RL.run_backward, p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n),
+                     dw, offset, code, empty_f32, empty=w.new_empty)  # fmt: skip
+    return workspaces[0].cpu()
+
+
+def _c_ref(x, dy, w, rstd, offset=0.0):
+    n = x.shape[-1]
+    return ((dy.double() * (w.double() + offset) * x.double()).sum(-1) * rstd.double() / n).float().cpu()
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_flat_backward_c_is_position_free(dev, dtype, monkeypatch, gen):
-    """rows_dot_flat's c of one row (x and dy) copied to 9 consecutive rows is the same bits at
-    every head length its N allows: dx rounds away most of a 1-ulp difference in c, so the
-    workspace itself is compared. Rows of 64-element chunks whose interior ends at, before and
-    past a chunk boundary, and a row of the rules' chunks; fp32 and fp16 products are not exact
-    in fp32, so on the GPU a term fused into the sum's add in a chunk and rounded in the tail
-    would differ (kernels._flat_wdy_x);
-    the interpreter adds left to right, so that a sum whose order the lanes' rotation changes
-    differs (with ct.sum in place of the exact sum, every dtype fails)."""
+    """rows_dot_flat's c of one row (x and dy) copied to consecutive rows is the same bits at every
+    head length its N allows: dx rounds away most of a 1-ulp difference in c, so the workspace
+    itself is compared. Rows of 64-element chunks whose interior ends at, before and past a chunk
+    boundary; then, on the rules' plan, 24 rows each copied to 8 consecutive rows (every head
+    length of an odd N), with an offset (offset + w is not exact): fp32, fp16 and offset products
+    are not exact in fp32, so on the GPU a tail term rounded before its add where the chunks' fuse
+    into an FFMA differs in a few rows in a hundred (session 37's review: a (1, V) tail product,
+    FMUL then FADD, at the rules' 4096-lane dot chunk; 64-lane chunks compiled it fused). The
+    interpreter adds left to right, so that a sum whose order the lanes' rotation changes differs
+    (with ct.sum in place of the exact sum, every dtype fails); it has no FMA: the GPU run checks
+    the fusing."""
     monkeypatch.setattr(interpret, "_reduce", _left_to_right)
     es = torch.empty((), dtype=dtype).element_size()
-    for n, chunk in ((17, 64), (23, 64), (64 + 7, 64), (2 * 64 + 10, 64), (3 * 64 - 5, 64), (199, 64), (12001, None)):
+    for n in (17, 23, 64 + 7, 2 * 64 + 10, 3 * 64 - 5, 199):
         x, dy, w = make_inputs((13, n), dtype, dev, generator=gen)
         x[3:12] = x[2]
         dy[3:12] = dy[2]
         with torch.no_grad():
             _, rstd = rms_norm_forward(x, w, EPS)
-        p = dataclasses.replace(flat_plan("backward", 13, 1, n, es, SMS, chunk=chunk, dot_chunk=chunk), grid=16 // es)
-        workspaces = []
-
-        def empty_f32(shape, workspaces=workspaces):
-            workspaces.append(torch.full(shape, float("nan"), device=dev))
-            return workspaces[-1]
-
-        dx, dw = torch.empty_like(x), torch.empty_like(w)
-        code = casting_code("llama", dtype == torch.float32)
-        launch_on_device(x, RL.run_backward, p, x.view(13, 1, n), dy.view(13, 1, n), w, rstd.view(13, 1),
-                         dx.view(13, 1, n), dw, 0.0, code, empty_f32, empty=w.new_empty)  # fmt: skip
-        c = workspaces[0].cpu()
+        p = dataclasses.replace(flat_plan("backward", 13, 1, n, es, SMS, chunk=64, dot_chunk=64), grid=16 // es)
+        c = _flat_c(p, x, dy, w, rstd)
         assert c.shape == (13,) and torch.isfinite(c).all()
         assert (c[3:12] == c[2]).all(), (n, c[2:12])
-        ref = ((dy.double() * w.double() * x.double()).sum(-1) * rstd.double() / n).float().cpu()
-        torch.testing.assert_close(c, ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c, _c_ref(x, dy, w, rstd), rtol=1e-5, atol=1e-6)
+    n = 12001
+    x, dy, w = (t.repeat_interleave(8, dim=0) if t.dim() == 2 else t for t in make_inputs((24, n), dtype, dev,
+                                                                                       generator=gen))  # fmt: skip
+    with torch.no_grad():
+        _, rstd = rms_norm_forward(x, w, EPS)
+    c = _flat_c(flat_plan("backward", 192, 1, n, es, SMS), x, dy, w, rstd, offset=1.0)
+    assert torch.isfinite(c).all()
+    groups = c.view(24, 8)
+    assert (groups == groups[:, :1]).all(), groups[(groups != groups[:, :1]).any(1)]
+    torch.testing.assert_close(c, _c_ref(x, dy, w, rstd, 1.0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_flat_backward_signed_sum(dev, dtype, gen):
+    """rows_dot_flat's exact sum takes signed lanes (kernels._exact_sum's SIGNED: its scale from the
+    largest magnitude; from the largest value, a dominant negative term overflows the int64s): a
+    row whose one product is -9e8 among terms near 1 against float64; a NaN and an inf reach c
+    (the plain sum), the rows beside them untouched."""
+    n = 8197
+    x, dy, w = make_inputs((6, n), dtype, dev, generator=gen)
+    x[1, 5], dy[1, 5] = -30000.0, 30000.0  # the row's largest lane: negative
+    x[2, 4000], dy[2, 4001] = 200.0, -300.0  # two large lanes of opposite signs
+    dy[3, 7] = float("nan")
+    x[4, 4099] = float("inf")
+    w[4099] = abs(w[4099]) + 0.5
+    dy[4, 4099] = 1.0
+    rstd = torch.full((6,), 0.5, device=dev)
+    p = dataclasses.replace(flat_plan("backward", 6, 1, n, torch.empty((), dtype=dtype).element_size(), SMS), grid=8)
+    c = _flat_c(p, x, dy, w, rstd)
+    assert torch.isnan(c[3]) and c[4] == float("inf")
+    keep = [0, 1, 2, 5]
+    torch.testing.assert_close(c[keep], _c_ref(x, dy, w, rstd)[keep], rtol=1e-5, atol=1e-6)
 
 
 def test_flat_rows_keep_nan_and_inf(dev, gen):

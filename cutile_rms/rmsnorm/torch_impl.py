@@ -215,7 +215,7 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
         return None, a, b, n
     index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
     info = INTERPRET_DEVICE if index < 0 else device_info(index)
-    # the flat rows forward reads rows contiguous end to end as one flat array (plan.flat_fit)
+    # the flat rows kernels read rows contiguous end to end as one flat array (plan.flat_fit)
     flat = all(t.is_contiguous() for t in (x, *others))
     p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False)
     if p is None and b > 1 and short_view_rows(n, es):

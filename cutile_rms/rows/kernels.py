@@ -1145,10 +1145,13 @@ def rows_dot_flat(x, dy, w, w_shift, rstd_in, c_out, offset, n, TILE_N: C_INT, V
         for j in range(max(1, full), ct.cdiv(b - lo, TILE_N)):
             dj, xj = _flat_wdy_x(xq, dq, wq, j, offset, TILE_N, HAS_WEIGHT, True)
             acc = acc + dj * xj
-        # the tail's terms, added as the chunks' (wdy rounded, then one FFMA: the same bits)
+        # the tail's terms, added as the chunks' (wdy rounded, then one FFMA: the same bits), from
+        # operands of the accumulator's whole shape: a (1, V) product is computed once, rounded,
+        # then broadcast and added (SASS: FMUL, FADD), which rounds differently (session 37's review)
         at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == (b - lo) // V % groups
-        acc2 = ct.reshape(acc, (groups, V))
-        acc = ct.reshape(ct.where(at, acc2 + ct.reshape(dt, (1, V)) * ct.reshape(xt, (1, V)), acc2), (TILE_N,))
+        dtb = ct.where(at, ct.broadcast_to(ct.reshape(dt, (1, V)), (groups, V)), 0.0)
+        xtb = ct.where(at, ct.broadcast_to(ct.reshape(xt, (1, V)), (groups, V)), 0.0)
+        acc = ct.reshape(ct.reshape(acc, (groups, V)) + dtb * xtb, (TILE_N,))
         rstd = ct.load(rstd_in, (r,), (1,), allow_tma=False)
         ct.store(c_out, (r,), _exact_sum(acc, True) * rstd * (1.0 / n), allow_tma=False)
 

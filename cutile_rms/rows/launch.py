@@ -45,7 +45,8 @@ LONG_PARAMS = {
     "backward_long_onepass": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "chunks", "TILE_N",
                               "HAS_WEIGHT", "ROUND_XHAT", "LOADS"),
 }  # fmt: skip
-# The flat rows forward (plan kind "flat") and the kernel that writes its shifted weights.
+# The flat rows kernels (plan kind "flat"): the forward, the kernel that writes the shifted weights,
+# and the backward's row dot and chunks.
 FLAT_PARAMS = {
     "forward_flat": ("x", "w", "w_shift", "y", "rstd_out", "eps", "offset", "n", "N", "TILE_N", "V", "CASTING",
                      "HAS_WEIGHT", "STORE_RSTD"),

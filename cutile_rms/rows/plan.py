@@ -486,6 +486,8 @@ ODD_STATIC_SPILLS = (385, 511)
 # 1994 x 33654 522 -> 404 us, 1125 x 59642 481 -> 418, 7726 x 8686 703 -> 433; Quack 242-309),
 # and 16-bit ones the long forward; fp32 forwards keep the core's split kernels, which the long
 # forward did not beat (1994 x 33654 211 -> 261 us, 1125 x 59642 198 -> 289: ab/s16d, ab/s16e).
+# (Session 37: the core's split backward, narrowed since (session 35), runs fp32 unaligned long
+# rows 1.02-1.08x faster than the long backward again, so they went back to it: FLAT_BWD_* below.)
 # Session 21 (ab/s21a, ab/s21b; H200, graph replay, us): with the squares summed element by
 # element (kernels.rows_fwd_long), 8 KB chunks at 4 blocks per SM ran aligned 16-bit rows that
 # the row tiles hold as several pieces, or the core pads to a power of two, faster than either:
@@ -662,8 +664,9 @@ FLAT_STATIC_MIN_CHUNKS = 2
 FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
 # The flat backward (kernels.rows_dot_flat, rows_bwd_flat): 16-bit rows whose byte length is not a
 # multiple of 16, from FLAT_BWD_MIN_BYTES, that the rules would give the two-kernel long backward
-# (odd ones, and even ones past CORE_BWD_MAX_ELEMS: the core holds those below in one tile),
-# contiguous end to end. Two passes, as the long backward (x and dy read twice), each row's
+# (odd ones, and even ones past CORE_BWD_MAX_ELEMS: the core holds those below in one tile; not
+# those of the one-pass long backward, which on GPUs of fewer SMs fits longer rows), contiguous
+# end to end. Two passes, as the long backward (x and dy read twice), each row's
 # interior 16 bytes a load: the row dot in FLAT_DOT_CHUNK_BYTES chunks, one row a block, on
 # SMs x FLAT_BWD_BLOCKS blocks; dx in FLAT_BWD_CHUNK_BYTES chunks on a (row groups, chunks) grid that
 # fits the SMs' FLAT_BWD_BLOCKS at once, the row groups a multiple of 16 bytes / element size,
@@ -1134,14 +1137,17 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
 
 
 def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
-    """Whether the forward of rows of n elements runs on the flat rows kernel where the caller's
-    rows are contiguous end to end (FLAT_* above): rows of at least FLAT_MIN_BYTES[element size][the
+    """Whether op on rows of n elements runs on the flat rows kernels where the caller's rows are
+    contiguous end to end (FLAT_* above): forward, rows of at least FLAT_MIN_BYTES[element size][the
     widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 none
-    yet)."""
+    yet); backward, 16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past
+    CORE_BWD_MAX_ELEMS (``plan`` also leaves it the rows of the one-pass long backward)."""
     row_bytes = n * elem_size
     if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size):
         return False
-    if op == "backward":
+    if op == "backward":  # (its shifted weights, V copies of n + 2 chunks or so, in int32 indices too)
+        if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size) // 2:
+            return False
         long = n % 2 == 1 or n > CORE_BWD_MAX_ELEMS  # (the even ones below: the core, _core_backward)
         return elem_size == 2 and unaligned(n, elem_size) and row_bytes >= FLAT_BWD_MIN_BYTES and long
     return row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
@@ -1229,7 +1235,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
     rules never set it, and the caller picks the hint it compiles at, session 31); flat: whether the
-    caller's rows are contiguous end to end, one flat array that the flat rows forward may read
+    caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace)."""
@@ -1238,7 +1244,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    if flat or (flat is None and long is None and not overridden and flat_fit(n, elem_size, op)):
+    # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
+    fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op)
+    if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
