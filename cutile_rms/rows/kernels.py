@@ -1005,6 +1005,16 @@ def _exact_sum(acc, SIGNED: C_BOOL):
 
 
 @tile_function
+def _flat_bounds(s, e, V: C_INT):
+    """(lo, a, b) of the flat rows' elements [s, e): the 16-byte boundary at or before s, the
+    first at or after s and the last at or before e."""
+    lo = ct.assume_divisible_by(s // V * V, V)
+    a = ct.assume_divisible_by((s + V - 1) // V * V, V)
+    b = ct.assume_divisible_by(e // V * V, V)
+    return lo, a, b
+
+
+@tile_function
 def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL: C_INT, TILE_N: C_INT, V: C_INT,
               CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
     """rows_fwd_flat's work on row r. Its sum of squares reads [lo, b) in chunks (lo: the 16-byte
@@ -1018,9 +1028,7 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
     in chunks (FULL unchecked, likewise), the head and tail element by element."""
     s = r * n
     e = s + n
-    lo = ct.assume_divisible_by(s // V * V, V)
-    a = ct.assume_divisible_by((s + V - 1) // V * V, V)
-    b = ct.assume_divisible_by(e // V * V, V)
+    lo, a, b = _flat_bounds(s, e, V)
     xh, wh = _flat_edge(x, w, s, 0, a, V, HAS_WEIGHT)  # the head and tail first: their loads
     xt, wt = _flat_edge(x, w, b, b - s, e, V, HAS_WEIGHT)  # are in flight while the chunks are
     lane = ct.arange(TILE_N, dtype=ct.int32)
@@ -1099,13 +1107,16 @@ def _flat_wdy_x(xq, dq, wq, j, offset, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK:
 
 
 @tile_function
-def _flat_bounds(s, e, V: C_INT):
-    """(lo, a, b) of the flat rows' elements [s, e): the 16-byte boundary at or before s, the
-    first at or after s and the last at or before e."""
-    lo = ct.assume_divisible_by(s // V * V, V)
-    a = ct.assume_divisible_by((s + V - 1) // V * V, V)
-    b = ct.assume_divisible_by(e // V * V, V)
-    return lo, a, b
+def _flat_edge_grad(x, dy, w, start, col, stop, offset, V: C_INT, HAS_WEIGHT: C_BOOL):
+    """(x, dy, offset + w), (V,) fp32, of the flat rows' elements [start, stop) (fewer than V),
+    whose first is column col (_flat_edge; 0 past stop, w 1 without a weight)."""
+    xt, wt = _flat_edge(x, w, start, col, stop, V, HAS_WEIGHT)
+    i = ct.arange(V, dtype=ct.int32)
+    dyf = ct.astype(ct.gather(dy, i + start, mask=i < stop - start, padding_value=0), ct.float32)
+    wp = ct.full((V,), 1.0, dtype=ct.float32)
+    if HAS_WEIGHT:
+        wp = _weight_factor(wt, offset, CAST_GEMMA)
+    return ct.astype(xt, ct.float32), dyf, wp
 
 
 @tile_kernel
@@ -1118,18 +1129,15 @@ def rows_dot_flat(x, dy, w, w_shift, rstd_in, c_out, offset, n, TILE_N: C_INT, V
     holds the columns i - d + j TILE_N (d = rN - lo) in column order, so _exact_sum gives the
     same bits at every d (batch invariance)."""
     lane = ct.arange(TILE_N, dtype=ct.int32)
-    i = ct.arange(V, dtype=ct.int32)
     width = w_shift.shape[0] // V
     groups = TILE_N // V
     for r in range(ct.bid(0), x.shape[0] // n, ct.num_blocks(0)):
         s = r * n
         e = s + n
         lo, a, b = _flat_bounds(s, e, V)
-        inside = i < e - b
-        xt = ct.astype(ct.gather(x, i + b, mask=inside, padding_value=0), ct.float32)
-        dt = ct.astype(ct.gather(dy, i + b, mask=inside, padding_value=0), ct.float32)
+        xt, dt, wt = _flat_edge_grad(x, dy, w, b, b - s, e, offset, V, HAS_WEIGHT)
         if HAS_WEIGHT:
-            dt = dt * _weight_factor(ct.gather(w, i + (b - s), mask=inside, padding_value=0), offset, CAST_GEMMA)
+            dt = dt * wt
         xq = x.slice(axis=0, start=lo, stop=b)
         dq = dy.slice(axis=0, start=lo, stop=b)
         wq = w_shift
@@ -1218,14 +1226,10 @@ def _flat_edge_dx(x, dy, w, dx, start, col, stop, rstd, c, offset, V: C_INT, HAS
                   ROUND_XHAT: C_BOOL):  # fmt: skip
     """dx of the flat rows' elements [start, stop) (fewer than V), whose first is column col,
     element by element; returns their (V,) dW terms (0 past stop)."""
+    xf, dyf, wp = _flat_edge_grad(x, dy, w, start, col, stop, offset, V, HAS_WEIGHT)
+    xhat = xf * rstd
     i = ct.arange(V, dtype=ct.int32)
-    inside = i < stop - start
-    xhat = ct.astype(ct.gather(x, i + start, mask=inside, padding_value=0), ct.float32) * rstd
-    dyf = ct.astype(ct.gather(dy, i + start, mask=inside, padding_value=0), ct.float32)
-    wp = ct.full((V,), 1.0, dtype=ct.float32)
-    if HAS_WEIGHT:
-        wp = _weight_factor(ct.gather(w, i + col, mask=inside, padding_value=0), offset, CAST_GEMMA)
-    ct.scatter(dx, i + start, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), mask=inside)
+    ct.scatter(dx, i + start, ct.astype((dyf * wp - xhat * c) * rstd, dx.dtype), mask=i < stop - start)
     return _dw(dyf, xhat, x.dtype, ROUND_XHAT)
 
 

@@ -1143,11 +1143,10 @@ def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     yet); backward, 16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past
     CORE_BWD_MAX_ELEMS (``plan`` also leaves it the rows of the one-pass long backward)."""
     row_bytes = n * elem_size
-    if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size):
+    # (the backward's shifted weights, V copies of n + two chunks or so, take int32 indices too)
+    if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size) // (2 if op == "backward" else 1):
         return False
-    if op == "backward":  # (its shifted weights, V copies of n + 2 chunks or so, in int32 indices too)
-        if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size) // 2:
-            return False
+    if op == "backward":
         long = n % 2 == 1 or n > CORE_BWD_MAX_ELEMS  # (the even ones below: the core, _core_backward)
         return elem_size == 2 and unaligned(n, elem_size) and row_bytes >= FLAT_BWD_MIN_BYTES and long
     return row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
