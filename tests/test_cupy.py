@@ -45,11 +45,11 @@ def _torch(xp, a):
                          ids=["tile", "chunked", "short", "flat"])  # fmt: skip
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cupy_matches_reference_and_torch(xp, dtype, shape, has_weight, offset, gen):
-    if shape[-1] == 24577:  # the flat rows kernels' shape: their rules take it for 16-bit rows
+    if shape[-1] == 24577:  # the flat rows kernels' shape: their rules take it (the backward's for 16-bit rows)
         from cutile_rms.rows import plan as rows_plan
 
-        assert rows_plan.flat_fit(24577, 2) and not rows_plan.flat_fit(24577, 4)
-        assert rows_plan.flat_fit(24577, 2, "backward") and not rows_plan.flat_fit(24577, 4, "backward")
+        assert rows_plan.flat_fit(24577, 2, 132) and rows_plan.flat_fit(24577, 4, 132)
+        assert rows_plan.flat_fit(24577, 2, 132, "backward") and not rows_plan.flat_fit(24577, 4, 132, "backward")
     x, dy, w = make_inputs(shape, dtype, "cpu", has_weight=has_weight, offset=offset, generator=gen)
     xa, dya = _to(xp, x), _to(xp, dy)
     wa = None if w is None else _to(xp, w)

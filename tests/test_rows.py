@@ -474,8 +474,9 @@ def test_flat_rule():
     """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows of FLAT_MIN_BYTES[2][their
     low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
-    where two whole chunks fit a row's interior; never 16-bit 16 | N rows, fp32 rows (not batch
-    invariant there yet), shorter rows or a caller that did not allow it. The flat backward
+    where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
+    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks); never 16 | N 16-bit or 4 | N fp32 rows, shorter rows or a
+    caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
     past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
     them: 4 KB chunks (the row dot's 8 KB) on 4 warps at 4 blocks an SM, row groups a multiple of 8
@@ -483,16 +484,21 @@ def test_flat_rule():
     cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
              32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
     for n, (chunk, blocks) in cases.items():
-        assert flat_fit(n, 2) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
+        assert flat_fit(n, 2, SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
         want = ("flat", chunk, blocks, 1176, True, 8)
         assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         q = plan("forward", 1176, 1, n, 2, SMS)
         assert q is None or q.kind != "flat"  # flat=False (the default)
-    for n in (16001, 18002, 33786):  # fp32: not batch invariant on the flat kernel yet (plan.FLAT_MIN_BYTES)
+    for n in (16001, 17425, 18002, 27982, 33786, 34753):  # fp32 odd and 2 mod 4 from 64000 bytes, 16 KB chunks
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
-        assert not flat_fit(n, 4) and (p is None or p.kind != "flat"), n
+        assert flat_fit(n, 4, SMS) and (p.kind, p.widths[0], p.occupancy, p.static) == ("flat", 4096, 2, True), n
+    # fp32 past the rows whose 2 an SM fit 0.7 of L2 (34754 on 132 SMs: 36.7 MB), shorter, aligned
+    for n in (34755, 34758, 37233, 41001, 15999, 14002, 20004):
+        p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
+        assert not flat_fit(n, 4, SMS) and (p is None or p.kind != "flat"), n
+    assert flat_fit(41001, 4, 78) and not flat_fit(63019, 4, 78)  # fewer SMs: longer rows fit L2
     for n in (8197, 13933, 16387, 16386, 34020, 57085, 200001):
         p = plan("backward", 1176, 1, n, 2, SMS, flat=None)
         chunks = -(-n // 2048)
@@ -504,14 +510,14 @@ def test_flat_rule():
     assert plan("backward", 5, 1, 34020, 2, SMS, flat=None).grid == 8  # at least the rows, a multiple of 8
     for n in (16444, 20002):  # on 78 SMs the one-pass long backward holds these even rows: it keeps them
         p = plan("backward", 1176, 1, n, 2, 78, flat=None)
-        assert flat_fit(n, 2, "backward") and (p.kind, p.onepass) == ("long", True), (n, p)
+        assert flat_fit(n, 2, SMS, "backward") and (p.kind, p.onepass) == ("long", True), (n, p)
     assert plan("backward", 1176, 1, 17001, 2, 78, flat=None).kind == "flat"  # odd: no one-pass
     for n, es in ((8191, 2), (8198, 2), (16382, 2), (16384, 2), (34024, 2), (34020, 4), (27983, 4)):
         p = plan("backward", 1176, 1, n, es, SMS, flat=None)  # short, even to the core's, aligned, fp32
-        assert not flat_fit(n, es, "backward") and (p is None or p.kind != "flat"), (n, es, p)
-    assert flat_fit(100001, 2)  # (16-bit rows: no L2 bound)
+        assert not flat_fit(n, es, SMS, "backward") and (p is None or p.kind != "flat"), (n, es, p)
+    assert flat_fit(100001, 2, SMS)  # (16-bit rows: no L2 bound)
     top = FLAT_MAX_ELEMS // 8  # the longest row a launch's parts hold (rows.launch)
-    assert flat_fit(top, 2) and not flat_fit(top + 2, 2)
+    assert flat_fit(top, 2, SMS) and not flat_fit(top + 2, 2, SMS)
     with pytest.raises(ValueError, match="at most 16384"):
         flat_plan("forward", 9, 1, 57085, 2, SMS, chunk=2**15)  # past the exact sum's lanes
     small = flat_plan("forward", 99, 1, 8197, 2, SMS)  # a probe's: 8 KB chunks at 4 blocks, N at run time
@@ -519,7 +525,7 @@ def test_flat_rule():
     for n, es in ((11999, 2), (31998, 2), (29180, 2), (36940, 2), (8197, 2), (8192 + 8, 2), (25992, 2), (32768, 2),
                   (14001, 4), (14002, 4), (41001, 4), (60002, 4), (20004, 4)):  # fmt: skip
         p = plan("forward", 99, 1, n, es, SMS, flat=None)
-        assert not flat_fit(n, es) and (p is None or p.kind != "flat"), (n, es)
+        assert not flat_fit(n, es, SMS) and (p is None or p.kind != "flat"), (n, es)
     assert plan("forward", 99, 1, 24577, 2, SMS, flat=None, tile_rows=1).kind != "flat"  # overridden
     assert plan("forward", 99, 1, 8197, 2, SMS, flat=True, persistent=True).grid == 99  # (at most SMS x 4)
     with pytest.raises(ValueError, match="at least 16"):
@@ -571,6 +577,40 @@ def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
             assert kinds[-1] == "flat" and torch.equal(yk, y[k:]) and torch.equal(rk, rstd[k:]), k
     yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+
+
+def test_flat_rows_fp32_tail_adds_fused(dev, gen):
+    """fp32 rows on the flat forward are batch invariant although an fp32 square is not exact: a
+    column of the row's tail adds its square as the chunks do (fused into the add, kernels._flat_tail),
+    so a column in the tail at one position and in a chunk at another adds the same bits (session
+    35's review: the tail's rounded square gave 1 ulp of rstd in about 1e-5 of random rows). Rows
+    built so that it shows: small x (0.001 N(0, 1)) but for the last three columns and the three a
+    chunk before them (same lanes), N(0, 1), which then hold most of the sum; each row copied to 4
+    consecutive rows (every head and tail length of an odd N) gives 4 equal y and rstd. On the GPU
+    the rules' plan (the old tail differed in most of these rows); in the interpreter (no FMA) a
+    64-element chunk."""
+    if dev == "cuda":
+        m, n = 64, 17425
+        p = plan("forward", 4 * m, 1, n, 4, SMS, flat=None)
+        assert p.kind == "flat"
+    else:
+        m, n = 4, 3 * 64 + 7
+        p = dataclasses.replace(flat_plan("forward", 4 * m, 1, n, 4, SMS, chunk=64), grid=3)
+    chunk = p.widths[0]
+    x, dy, w = make_inputs((m, n), torch.float32, dev, generator=gen)
+    x *= 1e-3
+    big = torch.randn((m, 6), generator=gen).to(dev)
+    x[:, n - 3 :] = big[:, :3]
+    x[:, n - 3 - chunk : n - chunk] = big[:, 3:]
+    x, dy = x.repeat_interleave(4, dim=0), dy.repeat_interleave(4, dim=0)
+    out = _poisoned_run(x, dy, w, "llama", 0.0, lambda device: (p, None))
+    for k in ("y", "rstd"):
+        groups = out[k].view(m, 4, -1)
+        same = (groups == groups[:, :1]).flatten(1).all(1)
+        assert same.all(), (k, (~same).sum().item())
+    yr, rr, _, _ = rms_norm_ref_grads(x, dy, w, EPS)
+    check_all({"y": out["y"], "rstd": out["rstd"]}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32,
+                                                                                        "llama"))  # fmt: skip
 
 
 def _left_to_right(fn, x, axis, keepdims, name):
@@ -1648,11 +1688,11 @@ def test_default_api_runs_long_unaligned_rows(dev, monkeypatch, dtype, n, gen):
     xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
     y = rms_norm(xg, wg, EPS)
     dx, dw = torch.autograd.grad(y, [xg, wg], dy)
-    assert plans[0].kind == ("flat" if flat_fit(n, 2) else "long" if n % 2 == 0 else "tile")  # x contiguous
+    assert plans[0].kind == ("flat" if flat_fit(n, 2, sms) else "long" if n % 2 == 0 else "tile")  # x contiguous
     if backward == "core":
         assert calls == ["core"] and len(plans) == 1
     else:  # contiguous: the flat backward where it fits (13933)
-        kind = "flat" if flat_fit(n, 2, "backward") else "long"
+        kind = "flat" if flat_fit(n, 2, sms, "backward") else "long"
         assert not calls and plans[1].kind == kind and plans[1].onepass == (backward == "onepass")
     yr, _, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
     check_all({"y": y, "dx": dx, "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tolerances(dtype, dtype, "llama"))

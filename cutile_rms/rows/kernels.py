@@ -1005,6 +1005,17 @@ def _exact_sum(acc, SIGNED: C_BOOL):
 
 
 @tile_function
+def _flat_tail(t, k, TILE_N: C_INT, V: C_INT):
+    """(TILE_N // V, V) fp32: a row's tail t ((V,) fp32) at lane group k mod TILE_N // V, 0
+    elsewhere: an operand of the accumulator's whole shape, so that a product of two such adds
+    into the accumulator fused (FFMA), as the chunks' do; a (1, V) product is computed once,
+    rounded, then broadcast and added (SASS: FMUL, FADD), which rounds differently (session 37)."""
+    groups = TILE_N // V
+    at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == k % groups
+    return ct.where(at, ct.broadcast_to(ct.reshape(t, (1, V)), (groups, V)), 0.0)
+
+
+@tile_function
 def _flat_bounds(s, e, V: C_INT):
     """(lo, a, b) of the flat rows' elements [s, e): the 16-byte boundary at or before s, the
     first at or after s and the last at or before e."""
@@ -1039,13 +1050,11 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
         acc += _flat_squares(xq, j, TILE_N, False)
     for j in range(max(1, full_q), ct.cdiv(b - lo, TILE_N)):
         acc += _flat_squares(xq, j, TILE_N, True)
-    # The tail's columns are the last of their lanes: added last, in column order. (A 16-bit
-    # element's square is exact in fp32, bar underflow, so an add contracted into an FMA above
-    # gives the same bits as the tail's separate multiply and add.)
-    groups = TILE_N // V
-    tail = ct.astype(xt, ct.float32)
-    at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == (b - lo) // V % groups
-    acc = ct.reshape(ct.reshape(acc, (groups, V)) + ct.where(at, ct.reshape(tail * tail, (1, V)), 0.0), (TILE_N,))
+    # The tail's columns are the last of their lanes: added last, in column order, each square
+    # fused into its add as the chunks' are (FFMA: an fp32 square is not exact, so a column must
+    # add the same way whether it sits in a chunk or in the tail; _flat_tail)
+    tail = _flat_tail(ct.astype(xt, ct.float32), (b - lo) // V, TILE_N, V)
+    acc = ct.reshape(ct.reshape(acc, (TILE_N // V, V)) + tail * tail, (TILE_N,))
     rstd = ct.rsqrt(_exact_sum(acc, False) * (1.0 / n) + eps)
     xs = x.slice(axis=0, start=a, stop=b)
     ys = y.slice(axis=0, start=a, stop=b)
@@ -1153,13 +1162,10 @@ def rows_dot_flat(x, dy, w, w_shift, rstd_in, c_out, offset, n, TILE_N: C_INT, V
         for j in range(max(1, full), ct.cdiv(b - lo, TILE_N)):
             dj, xj = _flat_wdy_x(xq, dq, wq, j, offset, TILE_N, HAS_WEIGHT, True)
             acc = acc + dj * xj
-        # the tail's terms, added as the chunks' (wdy rounded, then one FFMA: the same bits), from
-        # operands of the accumulator's whole shape: a (1, V) product is computed once, rounded,
-        # then broadcast and added (SASS: FMUL, FADD), which rounds differently (session 37's review)
-        at = ct.reshape(ct.arange(groups, dtype=ct.int32), (groups, 1)) == (b - lo) // V % groups
-        dtb = ct.where(at, ct.broadcast_to(ct.reshape(dt, (1, V)), (groups, V)), 0.0)
-        xtb = ct.where(at, ct.broadcast_to(ct.reshape(xt, (1, V)), (groups, V)), 0.0)
-        acc = ct.reshape(ct.reshape(acc, (groups, V)) + dtb * xtb, (TILE_N,))
+        # the tail's terms, added as the chunks' (wdy rounded, then one FFMA: the same bits; _flat_tail)
+        k = (b - lo) // V
+        acc = ct.reshape(ct.reshape(acc, (groups, V)) + _flat_tail(dt, k, TILE_N, V) * _flat_tail(xt, k, TILE_N, V),
+                         (TILE_N,))  # fmt: skip
         rstd = ct.load(rstd_in, (r,), (1,), allow_tma=False)
         ct.store(c_out, (r,), _exact_sum(acc, True) * rstd * (1.0 / n), allow_tma=False)
 

@@ -141,6 +141,9 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   or past CORE_BWD_MAX_ELEMS, reads them flat too (FLAT_BWD_*: kernels.rows_dot_flat,
   rows_bwd_flat; 1.02-1.31x the long backward); the fp32 backward of unaligned rows past the row
   tiles runs the core's split kernels (1.02-1.08x the long backward).
+- session 38: fp32 odd and 2 mod 4 rows from 64000 bytes (while 2 an SM fit FLAT_FP32_L2_SHARE of
+  L2) take the flat forward again, its tail's squares now fused into their adds as the chunks'
+  (batch invariant): 1.01-1.49x the core's split kernel (16411-33958).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long odd and
   2 mod 4 16-bit ones, contiguous, reads them flat: sessions 33-34 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -640,19 +643,22 @@ LONG_L2_SHARE = 0.5
 # 163.4, 24001 188.5 -> 170.1, 27859 202.1 -> 175.6, 41001 207.5 -> 211.4, 60001 199.1 -> 219.8; 2
 # mod 4 14002 149.4 -> 155.0, 18002 167.5 -> 158.0, 20002 203.9 -> 159.2, 33786 209.9 -> 196.8, 41002
 # 207.1 -> 207.6, 60002 198.1 -> 218.1; 8001-12001 lost to the row tiles (90-94% of the copy
-# ceiling). But fp32 rows are not batch invariant there (the review of session 35): an fp32 square
-# is not exact, and the compiled chunk loop fuses it into its sum (FFMA) where the tail's squares
-# are rounded first (FMUL, then an add), so a column that is in the tail at one position and in a
-# chunk at another adds different bits (1 ulp of rstd in about 1e-5 of random rows, by an emulation of
-# the kernel's arithmetic). So fp32 rows stay off the flat forward (FLAT_MIN_BYTES has no fp32
-# entry) until its tail adds through the loop's arithmetic; where they come back, only up to rows whose
-# LONG_MIN_BLOCKS an SM fit about 3/4 of L2 (the second pass reads them there: 35.7 MB in flight won
-# at 33786, 43 MB tied at 41001). 16-bit squares are exact in fp32, so any order of
-# adding them that is the same at every position gives the same bits; their rows have no L2 bound
-# (their other kernels load 2 or 4 bytes).
+# ceiling). Session 38 (ab/s38a, fresh lengths, the core's split kernel (the old rules) -> flat): odd
+# 16411 236.0 -> 158.6, 17425 225.3 -> 162.9, 23457 190.3 -> 169.3, 30299 193.7 -> 192.4, 37233 200.3 ->
+# 205.2; 2 mod 4 20458 200.3 -> 157.9, 27982 198.9 -> 176.0, 33958 209.0 -> 197.3. So fp32 odd and 2 mod
+# 4 rows from 64000 bytes, up to rows whose LONG_MIN_BLOCKS an SM fit FLAT_FP32_L2_SHARE of L2 (the
+# second pass reads them there: 35.7-35.9 MB in flight won at 33786 / 33958, 39.3 MB lost 2% at
+# 37233, 43 MB at 41001). (Off the rule from session 35's review to session 38: an fp32 square is not
+# exact, and the chunk loop fused it into its add (FFMA) where the tail rounded it first (FMUL, then
+# FADD), so a column in the tail at one position and in a chunk at another added different bits, 1
+# ulp of rstd in about 1e-5 of random rows; the tail now adds fused too: kernels._flat_tail, SASS.)
+# 16-bit squares are exact in fp32, so any order of adding them that is the same at every position
+# gives the same bits; their rows have no L2 bound (their other kernels load 2 or 4 bytes).
 FLAT_MIN_BYTES = {  # element size: {the row's low bit: bytes}
     2: {2: 24000, 4: 64000, 8: LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES, 16: 52000},
+    4: {4: 64000, 8: 64000},
 }
+FLAT_FP32_L2_SHARE = 0.7  # (36.7 MB of H200's 50 MB: between 33958's win and 37233's loss)
 # The flat forward's arrays hold at most FLAT_MAX_ELEMS elements a launch (cuda.tile's int32 shapes):
 # longer inputs run in parts of a multiple of 16 bytes / element size rows (rows.launch), so a row
 # holds at most FLAT_MAX_ELEMS // (16 / element size) elements there.
@@ -1136,11 +1142,11 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
-def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
+def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward") -> bool:
     """Whether op on rows of n elements runs on the flat rows kernels where the caller's rows are
     contiguous end to end (FLAT_* above): forward, rows of at least FLAT_MIN_BYTES[element size][the
-    widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 none
-    yet); backward, 16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past
+    widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 odd
+    and 2 mod 4 ones while LONG_MIN_BLOCKS of them an SM fit FLAT_FP32_L2_SHARE of L2); backward, 16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past
     CORE_BWD_MAX_ELEMS (``plan`` also leaves it the rows of the one-pass long backward)."""
     row_bytes = n * elem_size
     # (the backward's shifted weights, V copies of n + two chunks or so, take int32 indices too)
@@ -1149,7 +1155,8 @@ def flat_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     if op == "backward":
         long = n % 2 == 1 or n > CORE_BWD_MAX_ELEMS  # (the even ones below: the core, _core_backward)
         return elem_size == 2 and unaligned(n, elem_size) and row_bytes >= FLAT_BWD_MIN_BYTES and long
-    return row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
+    in_l2 = elem_size != 4 or LONG_MIN_BLOCKS * num_sms * row_bytes <= FLAT_FP32_L2_SHARE * L2_BYTES
+    return in_l2 and row_bytes >= FLAT_MIN_BYTES.get(elem_size, {}).get(row_bytes & -row_bytes, math.inf)
 
 
 def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
@@ -1244,7 +1251,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
-    fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op)
+    fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op)
     if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
