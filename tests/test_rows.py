@@ -475,8 +475,8 @@ def test_flat_rule():
     low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
     where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
-    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks); never 16 | N 16-bit or 4 | N fp32 rows, shorter rows or a
-    caller that did not allow it. The flat backward
+    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks); never 16 | N 16-bit or 4 | N
+    fp32 rows, shorter rows or a caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
     past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
     them: 4 KB chunks (the row dot's 8 KB) on 4 warps at 4 blocks an SM, row groups a multiple of 8

@@ -1146,8 +1146,9 @@ def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward") -> bool:
     """Whether op on rows of n elements runs on the flat rows kernels where the caller's rows are
     contiguous end to end (FLAT_* above): forward, rows of at least FLAT_MIN_BYTES[element size][the
     widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 odd
-    and 2 mod 4 ones while LONG_MIN_BLOCKS of them an SM fit FLAT_FP32_L2_SHARE of L2); backward, 16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past
-    CORE_BWD_MAX_ELEMS (``plan`` also leaves it the rows of the one-pass long backward)."""
+    and 2 mod 4 ones while LONG_MIN_BLOCKS of them an SM fit FLAT_FP32_L2_SHARE of L2); backward,
+    16-bit unaligned rows of at least FLAT_BWD_MIN_BYTES, odd or past CORE_BWD_MAX_ELEMS (``plan``
+    also leaves it the rows of the one-pass long backward)."""
     row_bytes = n * elem_size
     # (the backward's shifted weights, V copies of n + two chunks or so, take int32 indices too)
     if n > FLAT_MAX_ELEMS // (FLAT_ALIGN_BYTES // elem_size) // (2 if op == "backward" else 1):
