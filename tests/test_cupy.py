@@ -48,8 +48,9 @@ def test_cupy_matches_reference_and_torch(xp, dtype, shape, has_weight, offset, 
     if shape[-1] == 24577:  # the flat rows kernels' shape: their rules take it (the backward's for 16-bit rows)
         from cutile_rms.rows import plan as rows_plan
 
-        assert rows_plan.flat_fit(24577, 2, 132) and rows_plan.flat_fit(24577, 4, 132)
-        assert rows_plan.flat_fit(24577, 2, 132, "backward") and not rows_plan.flat_fit(24577, 4, 132, "backward")
+        assert rows_plan.flat_fit(24577, 2, num_sms=132) and rows_plan.flat_fit(24577, 4, num_sms=132)
+        assert rows_plan.flat_fit(24577, 2, "backward", num_sms=132)
+        assert not rows_plan.flat_fit(24577, 4, "backward", num_sms=132)
     x, dy, w = make_inputs(shape, dtype, "cpu", has_weight=has_weight, offset=offset, generator=gen)
     xa, dya = _to(xp, x), _to(xp, dy)
     wa = None if w is None else _to(xp, w)

@@ -899,8 +899,8 @@ def rows_bwd_long_onepass(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: 
                            ROUND_XHAT, True, LOADS)  # fmt: skip
 
 
-# Flat rows (plan.flat_plan): the forward of 16-bit rows whose byte length is not a multiple of
-# 16, read as one flat array (the caller's rows contiguous end to end). Row r spans [rN, rN + N);
+# Flat rows (plan.flat_plan): the forward of rows (16-bit; fp32 from session 38) whose byte length
+# is not a multiple of 16, read as one flat array (the caller's rows contiguous end to end). Row r spans [rN, rN + N);
 # its interior [a, b) (a, b: the multiples of V = 16 bytes / element nearest inside) starts and
 # ends 16-byte aligned where the array's base is (the JIT specializes on that: on another base
 # the same code loads narrower, with the same results), so a slice of the flat array from a loads

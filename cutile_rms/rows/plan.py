@@ -143,9 +143,10 @@ that are not a power of two: session 27), elsewhere only with ``mode="rows"``.
   tiles runs the core's split kernels (1.02-1.08x the long backward).
 - session 38: fp32 odd and 2 mod 4 rows from 64000 bytes (while 2 an SM fit FLAT_FP32_L2_SHARE of
   L2) take the flat forward again, its tail's squares now fused into their adds as the chunks'
-  (batch invariant): 1.01-1.49x the core's split kernel (16411-33958).
-- unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long odd and
-  2 mod 4 16-bit ones, contiguous, reads them flat: sessions 33-34 above): gathers on the pieces that
+  (batch invariant): 1.01-1.49x the core's split kernel in one probe (16411-33958; that probe ran
+  the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us).
+- unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
+  contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
   long-row kernels (``long_plan``: 16-bit forward and backward, where not flat; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
@@ -609,11 +610,11 @@ ONEPASS_MAX_BLOCKS = 2
 CORE_BWD_MAX_ELEMS = 16384
 L2_BYTES = 50 * 2**20
 LONG_L2_SHARE = 0.5
-# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit rows whose start is not
-# 16-byte aligned in every row, long enough that the old kernels' narrow loads cost more than the
-# flat kernel's fixed work a row (FLAT_MIN_BYTES by the widest load such a row's own layout allows: 2
-# bytes for odd rows, 4 for 2 mod 4 ones, 8 for 4 mod 8 ones past the static long forward's chunks,
-# 16 for 8 mod 16 ones past the long forward's rule: session 35),
+# Flat rows (``flat_plan``: kernels.rows_fwd_flat): the forward of 16-bit (and, session 38, fp32)
+# rows whose start is not 16-byte aligned in every row, long enough that the old kernels' narrow
+# loads cost more than the flat kernel's fixed work a row (FLAT_MIN_BYTES by the widest load such
+# a row's own layout allows: 2 bytes for odd rows, 4 for 2 mod 4 ones, 8 for 4 mod 8 ones past the
+# static long forward's chunks, 16 for 8 mod 16 ones past the long forward's rule: session 35),
 # read as one flat array where the caller's rows are contiguous end to end (plan's ``flat``): each
 # row's interior 16 bytes a load, its head and tail (fewer than 16 bytes each) element by element,
 # its weight from FLAT_ALIGN_BYTES / element size shifted copies; its sum of squares the same at
@@ -1142,7 +1143,7 @@ def vector_lanes(n: int, elem_size: int, op: str = "forward") -> int:
     return VECTOR_2MOD4_FWD_ELEMS if op == "forward" and n % 4 == 2 and lo <= w <= hi else 0
 
 
-def flat_fit(n: int, elem_size: int, num_sms: int, op: str = "forward") -> bool:
+def flat_fit(n: int, elem_size: int, op: str = "forward", *, num_sms: int) -> bool:
     """Whether op on rows of n elements runs on the flat rows kernels where the caller's rows are
     contiguous end to end (FLAT_* above): forward, rows of at least FLAT_MIN_BYTES[element size][the
     widest load their own layout allows] (16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows; fp32 odd
@@ -1252,7 +1253,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
-    fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, num_sms, op)
+    fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op, num_sms=num_sms)
     if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
