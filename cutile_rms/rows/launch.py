@@ -189,8 +189,6 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
     has_weight = weight is not None
     shifted = None
     if has_weight:
-        if empty is None:
-            raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
         shifted = _shift_weight(weight, empty, v, chunk, -(-n // chunk), 0, stream)
     kernel = _VARIANTS["forward_flat", False][p.hints]
     step = _flat_step(n, v)
@@ -206,7 +204,10 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
 
 def _shift_weight(weight, empty, v: int, chunk: int, chunks: int, first: int, stream):
     """The (v, chunks x chunk) shifted copies of the weight, copy k at w[i + k + first]
-    (kernels.rows_weight_shift), in a new array from empty(shape)."""
+    (kernels.rows_weight_shift), in a new array from empty(shape) (the caller's: a flat plan with
+    a weight needs it)."""
+    if empty is None:
+        raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
     shifted = empty((v, chunks * chunk))
     values = dict(w=weight, w_shift=shifted, first=first, TILE_N=chunk)
     launch(stream, (v, chunks), _VARIANTS["weight_shift", False].kernel, arguments("weight_shift", values))
@@ -287,8 +288,6 @@ def _run_backward_flat(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, 
     partial = empty_f32((parts * p.grid, n)) if has_weight else None
     shifted = None
     if has_weight:  # copies as wide as V columns, a row's [lo, b) and either kernel's chunk past it
-        if empty is None:
-            raise ValueError("a flat rows plan with a weight needs empty(shape) for its shifted copies")
         wide = max(p.widths[:2])
         shifted = _shift_weight(weight, empty, v, wide, -(-(n + v) // wide) + 1, -v, stream).reshape(-1)
     base = dict(constants(p, casting, has_weight), w=weight if has_weight else xf, offset=float(offset), n=n,
