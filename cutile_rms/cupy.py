@@ -21,7 +21,7 @@ from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, forward_casting, run_backward, run_forward
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import backward_by_default
+from cutile_rms.rows.plan import backward_by_default, few_rows
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_fp8"]
 
@@ -179,9 +179,12 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
 
             r = xp.ascontiguousarray(rstd.reshape(m))
             p = None
-            if backward_by_default(n, x.itemsize):  # contiguous rows may run the flat backward (plan.flat_fit)
+            few = few_rows(m, target.info.num_sms)  # (on row tiles only, as the torch API)
+            if backward_by_default(n, x.itemsize) or few:  # contiguous rows may run the flat backward (plan.flat_fit)
                 flat = x2.flags.c_contiguous and dy2.flags.c_contiguous
                 p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms, flat=None if flat else False)
+                if p is not None and not backward_by_default(n, x.itemsize) and p.kind != "tile":
+                    p = None
             if p is not None:  # as the torch API: the same kernel, the same bits
                 RL.run_backward(p, x2.reshape(m, 1, n), dy2.reshape(m, 1, n), _unit(xp, weight), r.reshape(m, 1),
                                 dx.reshape(m, 1, n), dw, float(offset), casting, empty_f32, target.info,

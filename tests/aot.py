@@ -325,10 +325,11 @@ def _unaligned_jobs(add):
 ROWS_N = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 1536, 3072, 3584, 5376, 6144, 14336, 18432, 3000, 96, 320)
 
 
-def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict:
+def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None, direct=False) -> dict:
     """Constraints of the row-tile kernels' arrays: (A, B, N) rows (B == 1: a 2-D input, which
     the JIT specializes on), (A, B) rstd, (N,) weight, (grid, N) fp32 dW partials (grid, width
-    for the lanes kernels); the residual and the sum in res's dtype (x's without a residual:
+    for the lanes kernels; direct: dW itself as (1, N) of the weight's dtype, a one-block grid's,
+    rows.launch.run_backward); the residual and the sum in res's dtype (x's without a residual:
     placeholders). With n: the static layouts of kernels.RowArray and RowVector (the rows of a
     2-D input, B == 1, or of a fused QKV view of 3 x 6 heads)."""
     strides = None if n is None else (n, n, 1) if b_one else (18 * n, n, 1)
@@ -347,22 +348,25 @@ def _rows_arrays(x, w, b_one: bool, names, res=None, n=None, width=None) -> dict
         rstd = dataclasses.replace(rstd, shape_constant=(None, 1))
     wa = vec(arr(w, 1), n) if w else rows()
     partial = vec(arr("float32", 2), width or n) if w else rows()
+    if direct and w:
+        partial = vec(dataclasses.replace(arr(w, 2), shape_constant=(1, None)), n)
     table = {"x": rows(), "r": rows(res or x), "s_out": rows(res or x), "y": rows(), "dy": rows(), "dx": rows(),
              "w": wa, "rstd_out": rstd, "rstd_in": rstd, "dw_partial": partial, "eps": F32, "offset": F32}  # fmt: skip
     return {k: table[k] for k in names}
 
 
 def _rows_job(add, label, op, p, n, x, w, casting=K.CAST_LLAMA, store=True, b_one=True, res=None,
-              residual=K.RESIDUAL_NONE):  # fmt: skip
+              residual=K.RESIDUAL_NONE, direct=False):  # fmt: skip
     """The row-tile kernel of plan p for rows of n (static or runtime layouts, as p says)."""
     from cutile_rms.rows import launch as RL
 
     _, names = RL.KERNELS[op]
     consts = RL.constants(p, K.CAST_GEMMA if x == "float32" else casting, w is not None, store, residual)
-    arrays = _rows_arrays(x, w, b_one, [k for k in names if k not in consts], res, n if p.static else None)
+    arrays = _rows_arrays(x, w, b_one, [k for k in names if k not in consts], res, n if p.static else None,
+                          direct=direct)  # fmt: skip
     values = {**arrays, **consts}
-    add(f"rows {op} {label} n={n} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} {p}",
-        RL._VARIANTS[op, p.static][p.hints], [values[k] for k in names])  # fmt: skip
+    add(f"rows {op} {label} n={n} {x} w={w} cast={casting} rstd={store} b_one={b_one} res={res}:{residual} "
+        f"direct={direct} {p}", RL._VARIANTS[op, p.static][p.hints], [values[k] for k in names])  # fmt: skip
 
 
 def _rows_jobs(add):
@@ -380,6 +384,12 @@ def _rows_jobs(add):
                     native = op == "forward" and x != "float32"
                     _rows_job(add, "plan", op, p, n, x, x, K.CAST_LLAMA_NATIVE if native else K.CAST_LLAMA)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
+    # one row, one block: dW stored directly in the weight's dtype (rows.launch.run_backward)
+    for x, es in (("bfloat16", 2), ("float16", 2), ("float32", 4)):
+        for n in (2048, 4096, 8192):
+            p1 = plan("backward", 1, 1, n, es, 132)
+            for w in dict.fromkeys((x, "float32")):
+                _rows_job(add, "one block", "backward", p1, n, x, w, direct=True)
     for x in DTYPES:
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
         for w, casting, store in pairwise(weights, _row_castings(x), (True, False)):

@@ -26,6 +26,7 @@ from cutile_rms.rows.plan import (
     OPS,
     PADDED_BWD_MIN_SHARE,
     backward_by_default,
+    few_rows,
     flat_fit,
     flat_plan,
     lanes_fit,
@@ -1538,6 +1539,49 @@ def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
     assert calls == ["run_forward", "run_backward"]
     ref = x.detach().double() * torch.rsqrt(x.detach().double().pow(2).mean(-1, keepdim=True) + EPS)
     assert ((y.detach().double() - ref).abs().max() < 1e-5).item()
+
+
+ONE_BLOCK_DTYPES = [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32), (torch.float32, torch.float32),
+                    (torch.bfloat16, None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype,w_dtype", ONE_BLOCK_DTYPES, ids=str)
+@pytest.mark.parametrize("n", [2048, 4096, 5120])
+def test_one_block_backward_stores_dw_itself(dev, dtype, w_dtype, n, monkeypatch, gen):
+    """A backward grid of one block (one row: a decode step) stores its dW terms into dW itself,
+    rounded to the weight's dtype, and runs no reduction (rows.launch.run_backward): one launch;
+    every output NaN-poisoned first, against float64. 2048's 16-bit rows are planned two a tile,
+    so two rows are one block too."""
+    reduced = []
+    real = RL._reduce_dw
+    monkeypatch.setattr(RL, "_reduce_dw", lambda *a, **k: reduced.append(a) or real(*a, **k))
+    for m in (1, 2) if n == 2048 and dtype != torch.float32 else (1,):
+        x, dy, w = make_inputs((m, n), dtype, dev, w_dtype=w_dtype or dtype, has_weight=w_dtype is not None,
+                               generator=gen)  # fmt: skip
+        assert plan("backward", m, 1, n, x.element_size(), SMS).grid == 1
+        out = _poisoned_run(x, dy, w, "llama", 0.0)
+        yr, rr, dxr, dwr = rms_norm_ref_grads(x, dy, w, EPS)
+        tols = tolerances(dtype, None if w is None else w.dtype, "llama")
+        check_all(out, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr}, tols, _few_rows(x, dy))
+    assert reduced == []
+
+
+def test_few_rows_take_the_row_tile_backward(monkeypatch):
+    """mode None: at most as many rows as SMs (plan.few_rows) on row tiles take the row-tile
+    backward (aligned 4096: the core's past it); long rows the rules give other kinds stay on the
+    core (one row of 40000). The interpreter's 4 SMs stand for the GPU's."""
+    calls = []
+    real = RL.run_backward
+    monkeypatch.setattr(RL, "run_backward", lambda p, *a, **k: calls.append(p.kind) or real(p, *a, **k))
+    assert few_rows(132, 132) and not few_rows(133, 132)
+    with interpret.interpreting():
+        for m, n, expected in ((1, 4096, ["tile"]), (4, 4096, ["tile"]), (5, 4096, []), (1, 40000, [])):
+            calls.clear()
+            x = torch.randn(m, n, dtype=torch.bfloat16, requires_grad=True)
+            w = torch.ones(n, dtype=torch.bfloat16, requires_grad=True)
+            rms_norm(x, w, EPS).float().sum().backward()
+            assert calls == expected, (m, n, calls)
+            assert torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()
 
 
 def test_default_forward_is_the_row_tile_forward(monkeypatch):

@@ -21,7 +21,7 @@ from cutile_rms.rmsnorm.launch import (
     run_forward,
 )
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import backward_by_default, short_view_rows
+from cutile_rms.rows.plan import backward_by_default, few_rows, short_view_rows
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -202,6 +202,12 @@ def rows3(t: torch.Tensor, a: int, b: int) -> torch.Tensor:
         return t.contiguous().view(a, b, t.shape[-1])
 
 
+def _device_of(x: torch.Tensor):
+    """x's DeviceInfo (the interpreter's on the CPU)."""
+    index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
+    return INTERPRET_DEVICE if index < 0 else device_info(index)
+
+
 def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
@@ -213,8 +219,7 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
     n, es = x.shape[-1], x.element_size()
     if a * b == 0:
         return None, a, b, n
-    index = x.get_device()  # -1 on the CPU (interpret mode); the launch looks up the stream itself
-    info = INTERPRET_DEVICE if index < 0 else device_info(index)
+    info = _device_of(x)
     # the flat rows kernels read rows contiguous end to end as one flat array (plan.flat_fit)
     flat = all(t.is_contiguous() for t in (x, *others))
     p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False)
@@ -242,11 +247,13 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
 def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
     """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
     plan; with default (mode None) only for the rows the default backward gives them: those
-    backward_by_default names, and the short rows of a view (B > 1) that the core would copy."""
+    backward_by_default names, the short rows of a view (B > 1) that the core would copy, and
+    few rows (plan.few_rows) on row tiles."""
     p, a, b, n = _rows_plan("backward", x, dy, rstd)
     if p is None and a * b:
         return None
-    if default and not (backward_by_default(n, x.element_size()) or b > 1):
+    few = p is not None and p.kind == "tile" and few_rows(a * b, _device_of(x).num_sms)
+    if default and not (backward_by_default(n, x.element_size()) or b > 1 or few):
         return None
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
@@ -293,13 +300,15 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
-    that ``backward_by_default`` names (short power-of-two rows, and the short rows of a view the
-    core kernels would copy: plan.short_view_rows; in place too, so that dx and dw
-    have the out-of-place bits: each row tile reads its dy before it writes dx there, as the core
-    tile kernels do), "rows" wherever the row-tile rules plan the row, the core kernels elsewhere."""
+    that ``backward_by_default`` names (short power-of-two rows, the short rows of a view the
+    core kernels would copy: plan.short_view_rows, and few rows on row tiles: plan.few_rows; in
+    place too, so that dx and dw have the out-of-place bits: each row tile reads its dy before it
+    writes dx there, as the core tile kernels do), "rows" wherever the row-tile rules plan the
+    row, the core kernels elsewhere."""
     check_casting(casting)
     n, es = x.shape[-1], x.element_size()
     default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
+    default = default or (mode is None and few_rows(x.numel() // max(1, n), _device_of(x).num_sms))
     if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default)
         if done is not None:

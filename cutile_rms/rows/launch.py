@@ -230,13 +230,16 @@ def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, castin
         _run_backward_flat(p, x, dy, weight, rstd, dx, dw, offset, casting, empty_f32, empty, device, stream)
         return
     lanes = p.kind == "lanes"
-    partial = empty_f32((p.grid, p.widths[0] if lanes else n)) if has_weight else None
+    # One block's dW terms are dW itself: it stores them into dw, rounded to dw's dtype, and no
+    # reduction runs (a decode step's one row: bench/NOTES.md, session 39).
+    direct = has_weight and not lanes and p.grid == 1
+    partial = (dw.reshape(1, n) if direct else empty_f32((p.grid, p.widths[0] if lanes else n))) if has_weight else None
     op = "backward_lanes" if lanes else "backward"
     values = constants(p, casting, has_weight)
     values.update(x=x, dy=dy, w=weight if has_weight else x, rstd_in=rstd, dx=dx,
                   dw_partial=partial if has_weight else x, offset=float(offset))  # fmt: skip
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
-    if has_weight:
+    if has_weight and not direct:
         _reduce_dw(partial[:, :n] if lanes else partial, dw, device, stream)  # lanes: the first n of W columns
 
 

@@ -182,6 +182,7 @@ __all__ = [
     "MAX_ROW_ELEMS",
     "RowsPlan",
     "backward_by_default",
+    "few_rows",
     "flat_fit",
     "flat_plan",
     "lanes_fit",
@@ -924,6 +925,18 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     # blocks depend on n and the element size alone
     p = plan("backward", 1, 1, n, elem_size, 1)
     return p is not None and p.warps * p.occupancy >= GATHERED_WARPS_PER_SM
+
+
+def few_rows(m: int, num_sms: int) -> bool:
+    """Whether a call without a mode runs the row-tile backward for m rows of any length whose rule
+    plan is a row tile (the caller checks the kind): at most as many rows as SMs (a decode step's
+    or a small batch's), each then its own block, where the core's plans are tuned for
+    bandwidth-bound M; and one block (one row) stores dW itself (rows.launch.run_backward).
+    Session 39 (ab/s39g, H200, graph replay, us, the core -> the row tiles, aligned N 2048-8192):
+    M = 1 bf16 4096 5.42 -> 1.94, 8192 6.64 -> 2.59, fp32 4096 4.90 -> 2.16 (2.1-2.9x); M = 8-64
+    1.07-1.43x in 16-bit, 1.10-1.23x fp32; M = 132 1.02-1.28x, fp32 1.06-1.12x; past the SMs (200,
+    256) 16-bit still 1.06-1.24x, fp32 0.96-1.10x (4096: 0.96): the bound is the SMs."""
+    return m <= num_sms
 
 
 def short_backward(n: int, elem_size: int) -> bool:

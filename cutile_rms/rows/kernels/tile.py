@@ -224,8 +224,9 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
 
 @tile_function
 def _store_dw(dw_partial, j, acc, W: C_INT, CHECK: C_BOOL):
-    """The sum over a (TILE_A, TILE_B, W) accumulator's rows into row bid of dw_partial."""
-    total = ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True)
+    """The sum over a (TILE_A, TILE_B, W) accumulator's rows into row bid of dw_partial, rounded to
+    its dtype (fp32 partials; a one-block grid's launcher passes dW itself, launch.run_backward)."""
+    total = ct.astype(ct.sum(ct.sum(acc, axis=0, keepdims=True), axis=1, keepdims=True), dw_partial.dtype)
     ct.store(dw_partial, (ct.bid(0), j), ct.reshape(total, (1, W)), check_bounds=CHECK, allow_tma=False)
 
 
