@@ -1509,7 +1509,7 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 2265, 3072, 4096, 5376, 7168, 25263])
+@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 2048, 2265, 3072, 4096, 5376, 7168, 25263])
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece,
@@ -1522,7 +1522,7 @@ def test_rows_batch_invariance(dtype, n):
     w = (1 + 0.1 * torch.randn(n, generator=g)).to("cuda", dtype)
     with torch.no_grad():
         full = rms_norm(big, w, EPS)
-        for m in (1, 7, 130, 4099):
+        for m in (1, 7, 130, 600, 4099):  # (few rows take fewer rows a tile: plan.FILL_TILES_PER_SM)
             assert torch.equal(rms_norm(big[:m], w, EPS), full[:m]), m
 
 

@@ -213,6 +213,16 @@ REGISTERS = {("forward", 2): (20, 1.75, 0.4), ("forward", 4): (20, 2.0, 1.4), ("
              ("backward", 4): (48, 4, 4)}  # fmt: skip
 VECTOR_ELEMS = 16
 MIN_PIECE_BYTES = 2048
+# Few rows, forward: a multi-row tile (TILE_BYTES) leaves SMs idle, or one block per SM, where the
+# rows are few; the tile's rows halve while there are fewer than FILL_TILES_PER_SM row tiles an
+# SM (the core's fill_sms, config.FILL_SMS, the same idea). Session 39 (ab/s39h, H200, graph replay,
+# us, the rules' tile -> one row a tile, rstd stored): bf16 2048 (4 rows) M = 1 1.96 -> 1.53, 32
+# 2.37 -> 1.76, 132 3.62 -> 2.59, 256 3.85 -> 2.72, 512 4.29 -> 3.19; bf16 4096 (2 rows) 32 2.36 ->
+# 2.06, 132 3.35 -> 2.92, 256 3.74 -> 3.41, 512 4.53 -> 4.43; fp32 2048 (2 rows) 32 2.50 -> 1.90,
+# 132 3.46 -> 2.77, 256 3.85 -> 3.29, 512 4.79 -> 4.34 (inference alike). Measured on unpadded 2-D
+# rows of 4-8 KB (FILL_MIN_ROW_BYTES); shorter rows (more rows a tile), padded or head views not.
+FILL_TILES_PER_SM = 2
+FILL_MIN_ROW_BYTES = 4096
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
 MAX_BLOCKS_PER_SM = 8
@@ -1326,6 +1336,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         tile_rows = _prev_pow2(max(1, IN_FLIGHT_BYTES // (2 * width * elem_size * MAX_BLOCKS_PER_SM)))
         occupancy = MAX_BLOCKS_PER_SM
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
+    if tile_rows is None and op == "forward" and b == 1 and width == n and row_bytes >= FILL_MIN_ROW_BYTES:
+        while rows > 1 and -(-a // rows) < FILL_TILES_PER_SM * num_sms:  # (FILL_TILES_PER_SM above)
+            rows //= 2
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp
     masked = op == "forward" and elem_size == 2 and width != n and rows > 1 and not warp_local
     span = n if one_piece else width  # the elements a row holds in registers (STATIC_FP32_MAX_ELEMS above)
