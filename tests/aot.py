@@ -383,6 +383,12 @@ def _rows_jobs(add):
                 if p is not None:  # (the torch API's casting: native llama forward, launch.forward_casting)
                     native = op == "forward" and x != "float32"
                     _rows_job(add, "plan", op, p, n, x, x, K.CAST_LLAMA_NATIVE if native else K.CAST_LLAMA)
+            # few rows: the forward's tiles of fewer rows (plan.FILL_TILES_PER_SM), each such tile once
+            base = plan("forward", 4099, 1, n, es, 132, long=False)
+            few = {plan("forward", 2**k, 1, n, es, 132, long=False) for k in range(13)} - {None}
+            for p in sorted((p for p in few if p.tile_a != base.tile_a), key=repr):
+                native = K.CAST_LLAMA_NATIVE if x != "float32" else K.CAST_LLAMA
+                _rows_job(add, "few rows", "forward", p, n, x, x, native)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     # one row, one block: dW stored directly in the weight's dtype (rows.launch.run_backward)
     for x, es in (("bfloat16", 2), ("float16", 2), ("float32", 4)):

@@ -82,8 +82,8 @@ def test_pieces():
 
 def test_plan_rules():
     """Tiles from bytes, warps from the tile, the occupancy from registers and bytes in flight,
-    the grid from the op and the tile; nothing depends on the number of rows but the grid and
-    the row check."""
+    the grid from the op and the tile; nothing depends on the number of rows but the grid, the
+    row check and, for few rows of 4 KB or more, the forward tile's rows (FILL_TILES_PER_SM)."""
     p = plan("forward", 16384, 1, 4096, 2, SMS)  # two rows of 4096 per 16 KB tile, a block per tile
     assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 4, 4, 8192)
     assert not p.check_a and not p.check_n
@@ -157,6 +157,12 @@ def test_plan_rules():
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 4, 4, SMS) is None  # aligned: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 2, SMS).kind == "long"  # unaligned: long rows
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None  # fp32: the core (session 37)
+    # few rows, forward: a tile's rows halve while the row tiles are fewer than FILL_TILES_PER_SM an
+    # SM (bf16 4096: 2 rows a tile from 527 rows; 2048: 4 from 1055), rows under 4 KB and views keep theirs
+    assert [plan("forward", m, 1, 4096, 2, SMS).tile_a for m in (1, 32, 263, 526, 527, 16384)] == [1, 1, 1, 1, 2, 2]
+    assert [plan("forward", m, 1, 2048, 2, SMS).tile_a for m in (1, 512, 1024, 1055, 4096)] == [1, 1, 2, 4, 4]
+    assert plan("forward", 1, 1, 1024, 2, SMS).tile_a == 8 and plan("forward", 4096, 28, 128, 2, SMS).tile_a == 64
+    assert plan("backward", 1, 1, 2048, 2, SMS).tile_a == 2  # (the backward: not measured)
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
