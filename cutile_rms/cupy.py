@@ -179,12 +179,10 @@ def rms_norm_backward(x, dy, weight, rstd, *, offset=0.0, casting_mode="llama"):
 
             r = xp.ascontiguousarray(rstd.reshape(m))
             p = None
-            few = few_rows(m, target.info.num_sms)  # (on row tiles only, as the torch API)
-            if backward_by_default(n, x.itemsize) or few:  # contiguous rows may run the flat backward (plan.flat_fit)
+            # as the torch API: contiguous rows may run the flat backward (plan.flat_fit)
+            if backward_by_default(n, x.itemsize) or few_rows(m, n, target.info.num_sms):
                 flat = x2.flags.c_contiguous and dy2.flags.c_contiguous
                 p = RL.plan("backward", m, 1, n, x.itemsize, target.info.num_sms, flat=None if flat else False)
-                if p is not None and not backward_by_default(n, x.itemsize) and p.kind != "tile":
-                    p = None
             if p is not None:  # as the torch API: the same kernel, the same bits
                 RL.run_backward(p, x2.reshape(m, 1, n), dy2.reshape(m, 1, n), _unit(xp, weight), r.reshape(m, 1),
                                 dx.reshape(m, 1, n), dw, float(offset), casting, empty_f32, target.info,

@@ -371,8 +371,9 @@ def _rows_job(add, label, op, p, n, x, w, casting=K.CAST_LLAMA, store=True, b_on
 
 def _rows_jobs(add):
     """The row-tile kernels (the default forward and short-row backward): the plan of every
-    ROWS_N (bf16 and fp32, 2-D inputs), with the training flags; every flag value pairwise at
-    one plan; a head view (B > 1); and each kernel once for unaligned rows."""
+    ROWS_N (bf16 and fp32, 2-D inputs), with the training flags, and the forward's tiles of few
+    rows; a one-block backward's direct dW; every flag value pairwise at one plan; a head view
+    (B > 1); and each kernel once for unaligned rows."""
     from cutile_rms.rows import kernels as RK
     from cutile_rms.rows.plan import plan
 
@@ -383,19 +384,34 @@ def _rows_jobs(add):
                 if p is not None:  # (the torch API's casting: native llama forward, launch.forward_casting)
                     native = op == "forward" and x != "float32"
                     _rows_job(add, "plan", op, p, n, x, x, K.CAST_LLAMA_NATIVE if native else K.CAST_LLAMA)
-            # few rows: the forward's tiles of fewer rows (plan.FILL_TILES_PER_SM), each such tile once
+    # few rows: the forward's tiles of fewer rows (plan.FILL_TILES_PER_SM), each such tile (and its
+    # row check at an odd row count) with and without rstd, 16-bit as bf16 and fp16
+    for x, es in (("bfloat16", 2), ("float16", 2), ("float32", 4)):
+        for n in ROWS_N:
             base = plan("forward", 4099, 1, n, es, 132, long=False)
-            few = {plan("forward", 2**k, 1, n, es, 132, long=False) for k in range(13)} - {None}
-            for p in sorted((p for p in few if p.tile_a != base.tile_a), key=repr):
+            few = {plan("forward", 2**k + odd, 1, n, es, 132, long=False) for k in range(12) for odd in (0, 1)}
+            for p in sorted((p for p in few - {None} if p.tile_a != base.tile_a), key=repr):
                 native = K.CAST_LLAMA_NATIVE if x != "float32" else K.CAST_LLAMA
-                _rows_job(add, "few rows", "forward", p, n, x, x, native)
+                for store in (True, False):
+                    _rows_job(add, "few rows", "forward", p, n, x, x, native, store)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
-    # one row, one block: dW stored directly in the weight's dtype (rows.launch.run_backward)
+    # one block: dW stored directly in the weight's dtype (rows.launch.run_backward): one row of the
+    # default's lengths, a padded last piece (fp32 3000), a static layout (bf16 1098), a head view
+    weights = {
+        "bfloat16": ("bfloat16", "float32"),
+        "float16": ("float16", "float32"),
+        "float32": ("float32", "bfloat16"),
+    }
     for x, es in (("bfloat16", 2), ("float16", 2), ("float32", 4)):
         for n in (2048, 4096, 8192):
-            p1 = plan("backward", 1, 1, n, es, 132)
-            for w in dict.fromkeys((x, "float32")):
-                _rows_job(add, "one block", "backward", p1, n, x, w, direct=True)
+            for w in weights[x]:
+                _rows_job(add, "one block", "backward", plan("backward", 1, 1, n, es, 132), n, x, w, direct=True)
+    _rows_job(add, "one block", "backward", plan("backward", 1, 1, 3000, 4, 132), 3000, "float32", "float32",
+              direct=True)  # fmt: skip
+    _rows_job(add, "one block", "backward", plan("backward", 1, 1, 1098, 2, 132), 1098, "bfloat16", "bfloat16",
+              direct=True)  # fmt: skip
+    _rows_job(add, "one block", "backward", plan("backward", 1, 8, 128, 2, 132), 128, "bfloat16", "bfloat16",
+              b_one=False, direct=True)  # fmt: skip
     for x in DTYPES:
         weights = [x, "float32" if x != "float32" else "bfloat16", None]
         for w, casting, store in pairwise(weights, _row_castings(x), (True, False)):

@@ -41,8 +41,8 @@ def _torch(xp, a):
 
 
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
-@pytest.mark.parametrize("shape", [(3, 7, 200), (5, 9000), (3, 7, 64), (2, 3, 24577)],
-                         ids=["tile", "chunked", "short", "flat"])  # fmt: skip
+@pytest.mark.parametrize("shape", [(3, 7, 200), (5, 9000), (3, 7, 64), (2, 3, 24577), (1, 4096), (2, 2048)],
+                         ids=["tile", "chunked", "short", "flat", "one-row", "few-rows"])  # fmt: skip
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_cupy_matches_reference_and_torch(xp, dtype, shape, has_weight, offset, gen):
     if shape[-1] == 24577:  # the flat rows kernels' shape: their rules take it (the backward's for 16-bit rows)

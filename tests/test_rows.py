@@ -83,7 +83,8 @@ def test_pieces():
 def test_plan_rules():
     """Tiles from bytes, warps from the tile, the occupancy from registers and bytes in flight,
     the grid from the op and the tile; nothing depends on the number of rows but the grid, the
-    row check and, for few rows of 4 KB or more, the forward tile's rows (FILL_TILES_PER_SM)."""
+    row check and, for few rows of 2048 elements or more, the forward tile's rows and with them
+    its occupancy hint (FILL_TILES_PER_SM)."""
     p = plan("forward", 16384, 1, 4096, 2, SMS)  # two rows of 4096 per 16 KB tile, a block per tile
     assert (p.tile_a, p.tile_b, p.widths, p.warps, p.occupancy, p.grid) == (2, 1, (4096, 0, 0), 4, 4, 8192)
     assert not p.check_a and not p.check_n
@@ -158,10 +159,12 @@ def test_plan_rules():
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 2, SMS).kind == "long"  # unaligned: long rows
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None  # fp32: the core (session 37)
     # few rows, forward: a tile's rows halve while the row tiles are fewer than FILL_TILES_PER_SM an
-    # SM (bf16 4096: 2 rows a tile from 527 rows; 2048: 4 from 1055), rows under 4 KB and views keep theirs
+    # SM (bf16 4096: 2 rows a tile from 527 rows; 2048: 4 from 1055); shorter rows and views keep theirs
     assert [plan("forward", m, 1, 4096, 2, SMS).tile_a for m in (1, 32, 263, 526, 527, 16384)] == [1, 1, 1, 1, 2, 2]
     assert [plan("forward", m, 1, 2048, 2, SMS).tile_a for m in (1, 512, 1024, 1055, 4096)] == [1, 1, 2, 4, 4]
     assert plan("forward", 1, 1, 1024, 2, SMS).tile_a == 8 and plan("forward", 4096, 28, 128, 2, SMS).tile_a == 64
+    assert plan("forward", 1, 1, 1024, 4, SMS).tile_a == 4  # fp32 1024 (4 KB rows): not measured, kept
+    assert plan("forward", 1, 1, 4096, 2, SMS, fill=False).tile_a == 2  # (the fused add's and FP8's plans)
     assert plan("backward", 1, 1, 2048, 2, SMS).tile_a == 2  # (the backward: not measured)
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
@@ -1514,12 +1517,14 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 2048, 2265, 3072, 4096, 5376, 7168, 25263])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 1024, 2048, 2265, 3072, 4096, 5376, 7168, 25263])
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece,
-    gathered tiles whose whole tiles skip the row checks, long rows)."""
+    gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of fewer
+    rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
+    difference of rstd seldom shows in a 16-bit y)."""
     es = torch.empty((), dtype=dtype).element_size()
     if plan("forward", 20000, 1, n, es, SMS, flat=None) is None:  # (contiguous rows: flat where it fits)
         pytest.skip(f"the row-tile rules leave {dtype} rows of {n} to the core kernels")
@@ -1528,8 +1533,10 @@ def test_rows_batch_invariance(dtype, n):
     w = (1 + 0.1 * torch.randn(n, generator=g)).to("cuda", dtype)
     with torch.no_grad():
         full = rms_norm(big, w, EPS)
+        _, full_rstd = rms_norm_forward(big, w, EPS)
         for m in (1, 7, 130, 600, 4099):  # (few rows take fewer rows a tile: plan.FILL_TILES_PER_SM)
             assert torch.equal(rms_norm(big[:m], w, EPS), full[:m]), m
+            assert torch.equal(rms_norm_forward(big[:m], w, EPS)[1], full_rstd[:m]), m
 
 
 def test_rows_mode_runs_the_row_tile_kernels(monkeypatch):
@@ -1573,15 +1580,17 @@ def test_one_block_backward_stores_dw_itself(dev, dtype, w_dtype, n, monkeypatch
 
 
 def test_few_rows_take_the_row_tile_backward(monkeypatch):
-    """mode None: at most as many rows as SMs (plan.few_rows) on row tiles take the row-tile
-    backward (aligned 4096: the core's past it); long rows the rules give other kinds stay on the
-    core (one row of 40000). The interpreter's 4 SMs stand for the GPU's."""
+    """mode None: at most as many rows as SMs (plan.few_rows) of 2048 elements or more take the
+    row-tile backward (aligned 4096: the core's past the SMs); shorter rows keep their rules (bf16
+    1024: the core), and rows the rules leave to the core stay there (one row of 40000). The
+    interpreter's 4 SMs stand for the GPU's."""
     calls = []
     real = RL.run_backward
     monkeypatch.setattr(RL, "run_backward", lambda p, *a, **k: calls.append(p.kind) or real(p, *a, **k))
-    assert few_rows(132, 132) and not few_rows(133, 132)
+    assert few_rows(132, 4096, 132) and not few_rows(133, 4096, 132) and not few_rows(1, 1024, 132)
     with interpret.interpreting():
-        for m, n, expected in ((1, 4096, ["tile"]), (4, 4096, ["tile"]), (5, 4096, []), (1, 40000, [])):
+        cases = ((1, 4096, ["tile"]), (4, 4096, ["tile"]), (5, 4096, []), (1, 1024, []), (1, 40000, []))
+        for m, n, expected in cases:
             calls.clear()
             x = torch.randn(m, n, dtype=torch.bfloat16, requires_grad=True)
             w = torch.ones(n, dtype=torch.bfloat16, requires_grad=True)

@@ -88,8 +88,9 @@ def _check_overwritable(dy: torch.Tensor, python_refs: int) -> None:
 
 class RMSNormFunction(torch.autograd.Function):
     """Forward stores rstd (fp32, one per row); backward runs the fused persistent backward
-    (dx and the partial-buffer dW reduction). With ``in_place`` the backward writes dx into
-    dy's memory when dy is provably not used elsewhere, and raises otherwise."""
+    (dx and the partial-buffer dW reduction; a one-block grid stores dW itself). With
+    ``in_place`` the backward writes dx into dy's memory when dy is provably not used elsewhere,
+    and raises otherwise."""
 
     @staticmethod
     def forward(ctx, x, weight, eps, offset, casting, mode, in_place):

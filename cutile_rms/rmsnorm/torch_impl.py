@@ -248,12 +248,11 @@ def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
     """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
     plan; with default (mode None) only for the rows the default backward gives them: those
     backward_by_default names, the short rows of a view (B > 1) that the core would copy, and
-    few rows (plan.few_rows) on row tiles."""
+    few rows (plan.few_rows)."""
     p, a, b, n = _rows_plan("backward", x, dy, rstd)
     if p is None and a * b:
         return None
-    few = p is not None and p.kind == "tile" and few_rows(a * b, _device_of(x).num_sms)
-    if default and not (backward_by_default(n, x.element_size()) or b > 1 or few):
+    if default and not (backward_by_default(n, x.element_size()) or b > 1 or few_rows(a * b, n, _device_of(x).num_sms)):
         return None
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
@@ -301,14 +300,14 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
     that ``backward_by_default`` names (short power-of-two rows, the short rows of a view the
-    core kernels would copy: plan.short_view_rows, and few rows on row tiles: plan.few_rows; in
+    core kernels would copy: plan.short_view_rows, and few rows: plan.few_rows; in
     place too, so that dx and dw have the out-of-place bits: each row tile reads its dy before it
     writes dx there, as the core tile kernels do), "rows" wherever the row-tile rules plan the
     row, the core kernels elsewhere."""
     check_casting(casting)
     n, es = x.shape[-1], x.element_size()
     default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
-    default = default or (mode is None and few_rows(x.numel() // max(1, n), _device_of(x).num_sms))
+    default = default or (mode is None and few_rows(x.numel() // max(1, n), n, _device_of(x).num_sms))
     if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default)
         if done is not None:

@@ -216,8 +216,9 @@ def _shift_weight(weight, empty, v: int, chunk: int, chunks: int, first: int, st
 
 def run_backward(p: RowsPlan, x, dy, weight, rstd, dx, dw, offset: float, casting: int, empty_f32, device,
                  stream, empty=None) -> None:  # fmt: skip
-    """dx, and dw (weight's shape and dtype) unless weight is None; empty_f32(shape) allocates
-    the (grid, N) fp32 dW partials on x's device. In llama and none casting dW uses xhat
+    """dx, and dw (weight's shape and dtype, contiguous) unless weight is None; empty_f32(shape)
+    allocates the (grid, N) fp32 dW partials on x's device (a row-tile grid of one block writes
+    dw itself instead, and no reduction runs). In llama and none casting dW uses xhat
     rounded to x's dtype, as the forward multiplied the weight by it. A flat plan (kind "flat")
     needs x, dy, dx and rstd C-contiguous and, with a weight, empty(shape): an uninitialised
     array of the weight's dtype on x's device (its shifted copies)."""

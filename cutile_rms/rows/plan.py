@@ -43,7 +43,8 @@ that are not a power of two: session 27) and, on row tiles, at most as many rows
   backward, which also holds dy), a power of two, at most MAX_TILE_ROWS (bf16: 16 KB tiles were
   the fastest or within 1% from 128 to 8192, 94-97% of the copy ceiling). A row of several
   pieces (2 KB or longer): one row per tile (bf16 3072: 66.7 us one row per tile, 78.8 two;
-  5376, 6144, 12288 likewise).
+  5376, 6144, 12288 likewise). Few rows of 2048 elements or more take fewer rows a tile, down to
+  one (FILL_TILES_PER_SM).
 - warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (backward: one-row tiles only).
   Probe 1, bf16: 4 won at every forward tile of up to 8192 elements (6144: 52.9 us with 4, 61.2
   with 8; 12288 and longer rows run best on 8); backward, 32 x 128 176 us with 4 warps, 209
@@ -161,8 +162,12 @@ that are not a power of two: session 27) and, on row tiles, at most as many rows
   elements (CORE_BWD_MAX_ELEMS), the two long kernels beyond (session 25; the flat backward where
   the rows are contiguous, session 37).
 
-A row's plan depends on n, the element size and B only, never on A (the number of rows): a row
-is reduced in the same order whatever batch it comes in (batch invariance; the flat rows kernels,
+A row's plan depends on n, the element size and B only, never on A (the number of rows), but
+for the forward tile's rows (and with them its occupancy hint) where few rows of 2048 elements or
+more would leave SMs idle (FILL_TILES_PER_SM): a row is reduced in the same order whatever batch
+it comes in (batch invariance; where the tile's rows change with A, that rests on the compiler's
+per-row layout, the same at one, two and four rows a tile on tileiras 13.4, sm_90, which
+test_rows_batch_invariance checks on the GPU at 2048 and 4096; the flat rows kernels,
 whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
 kernels._exact_sum); A sets the grid and
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
@@ -220,12 +225,14 @@ MIN_PIECE_BYTES = 2048
 # 2.37 -> 1.76, 132 3.62 -> 2.59, 256 3.85 -> 2.72, 512 4.29 -> 3.19; bf16 4096 (2 rows) 32 2.36 ->
 # 2.06, 132 3.35 -> 2.92, 256 3.74 -> 3.41, 512 4.53 -> 4.43; fp32 2048 (2 rows) 32 2.50 -> 1.90,
 # 132 3.46 -> 2.77, 256 3.85 -> 3.29, 512 4.79 -> 4.34 (inference alike); 8 warps a row changed
-# nothing. Measured on unpadded 2-D rows of 4-8 KB (FILL_MIN_ROW_BYTES; fp32 1024, 4 KB in 4-row
-# tiles as bf16 2048, is taken untimed); shorter rows (more rows a tile), padded ones and head
-# views keep their tiles (not measured). A row's bits do not change with its tile's rows
-# (test_rows_batch_invariance: 2048 and 4096 at 1-4099 rows against 20000, on the H200).
+# nothing. Measured on unpadded 2-D rows of 2048-4096 elements (FILL_MIN_ROW_ELEMS); shorter rows
+# (more rows a tile, fp32 1024 among them), padded ones and head views keep their tiles (not
+# measured), as do the callers that pass fill=False (the experimental fused add and FP8: not
+# measured). A row's bits do not change with its tile's rows (test_rows_batch_invariance, y: bf16
+# and fp32 2048 and 4096 at 1-4099 rows against 20000, on the H200).
 FILL_TILES_PER_SM = 2
-FILL_MIN_ROW_BYTES = 4096
+FILL_MIN_ROW_ELEMS = 2048
+FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
 MAX_BLOCKS_PER_SM = 8
@@ -941,16 +948,18 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     return p is not None and p.warps * p.occupancy >= GATHERED_WARPS_PER_SM
 
 
-def few_rows(m: int, num_sms: int) -> bool:
-    """Whether a call without a mode runs the row-tile backward for m rows of any length whose rule
-    plan is a row tile (the caller checks the kind): at most as many rows as SMs (a decode step's
-    or a small batch's), each then its own block, where the core's plans are tuned for
-    bandwidth-bound M; and one block (one row) stores dW itself (rows.launch.run_backward).
+def few_rows(m: int, n: int, num_sms: int) -> bool:
+    """Whether a call without a mode runs the row-tile backward for m rows of n elements (where the
+    rules plan the rows): at most as many rows as SMs (a decode step's or a small batch's), so
+    that the row tiles (one or two rows each at these lengths) spread over the SMs, where the
+    core's plans are tuned for bandwidth-bound M; a grid of one block (one tile) stores dW itself
+    (rows.launch.run_backward). Rows of FEW_ROWS_MIN_ELEMS or more: the measured ones.
     Session 39 (ab/s39g, H200, graph replay, us, the core -> the row tiles, aligned N 2048-8192):
     M = 1 bf16 4096 5.42 -> 1.94, 8192 6.64 -> 2.59, fp32 4096 4.90 -> 2.16 (2.1-2.9x); M = 8-64
     1.07-1.43x in 16-bit, 1.10-1.23x fp32; M = 132 1.02-1.28x, fp32 1.06-1.12x; past the SMs (200,
-    256) 16-bit still 1.06-1.24x, fp32 0.96-1.10x (4096: 0.96): the bound is the SMs."""
-    return m <= num_sms
+    256) 16-bit still 1.06-1.24x, fp32 0.96-1.10x (4096: 0.96): the bound is the SMs. Shorter rows
+    were not timed: they keep their rules (backward_by_default)."""
+    return m <= num_sms and FEW_ROWS_MIN_ELEMS <= n <= MAX_ROW_ELEMS["backward"]
 
 
 def short_backward(n: int, elem_size: int) -> bool:
@@ -1254,7 +1263,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
-         prefetch: bool | None = None, flat: bool | None = False) -> RowsPlan | None:  # fmt: skip
+         prefetch: bool | None = None, flat: bool | None = False, fill: bool = True) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -1273,7 +1282,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
     (probes), False never (the default: callers that cannot give a flat array and the shifted
-    weights' workspace)."""
+    weights' workspace); fill: whether few rows may take fewer rows a forward tile
+    (FILL_TILES_PER_SM; False: the tile of any number of rows)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -1339,7 +1349,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         tile_rows = _prev_pow2(max(1, IN_FLIGHT_BYTES // (2 * width * elem_size * MAX_BLOCKS_PER_SM)))
         occupancy = MAX_BLOCKS_PER_SM
     rows = tile_rows or max(1, min(MAX_TILE_ROWS, _prev_pow2(TILE_BYTES[op] // (width * elem_size))))
-    if tile_rows is None and op == "forward" and b == 1 and width == n and row_bytes >= FILL_MIN_ROW_BYTES:
+    if fill and tile_rows is None and op == "forward" and b == 1 and width == n and n >= FILL_MIN_ROW_ELEMS:
         while rows > 1 and -(-a // rows) < FILL_TILES_PER_SM * num_sms:  # (FILL_TILES_PER_SM above)
             rows //= 2
     warp_local = width * elem_size <= WARP_ROW_BYTES  # a row reduced by shuffles within one warp

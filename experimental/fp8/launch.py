@@ -71,7 +71,8 @@ def fp8_plan(a: int, b: int, n: int, elem_size: int, num_sms: int, transpose: bo
     if transpose:
         slabs = -(-a // TRANSPOSE_TILE[0])
         return Fp8Plan("transpose", max(1, min(slabs, num_sms * TRANSPOSE_BLOCKS_PER_SM)), None)
-    p = plan("forward", a, b, n, elem_size, num_sms, any_length=True, lanes=False, static=False, long=False)
+    p = plan("forward", a, b, n, elem_size, num_sms, any_length=True, lanes=False, static=False, long=False,
+             fill=False)  # fmt: skip
     if p is not None and p.kind == "tile":
         return Fp8Plan("rows", p.grid, p)
     return Fp8Plan("chunked", max(1, min(a * b, num_sms * CHUNKED_BLOCKS_PER_SM)), None)

@@ -85,7 +85,9 @@ def _rows_plan(x, r, s_like, mode, device):
     m, n = x.shape
     sizes = {x.itemsize, r.itemsize, s_like.itemsize, 4}
     plans = {
-        es: RL.plan("forward", m, 1, n, es, device.num_sms, lanes=False, long=False, static=False, prefetch=False)
+        es: RL.plan(
+            "forward", m, 1, n, es, device.num_sms, lanes=False, long=False, static=False, prefetch=False, fill=False
+        )
         for es in sizes
     }
     if any(p is None or p.kind != "tile" for p in plans.values()):  # the long-row kernels have no residual add

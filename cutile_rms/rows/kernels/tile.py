@@ -303,7 +303,8 @@ def _bwd_tile(x, dy, rstd_in, dx, w0, w1, w2, a0, a1, a2, t, tiles_b, j1, j2, TI
 def rows_bwd(x: RowArray, dy: RowArray, w: RowVector, rstd_in, dx: RowArray, dw_partial: RowVector, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, HAS_WEIGHT: C_BOOL, ROUND_XHAT: C_BOOL,
              CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT, PREFETCH: C_BOOL):  # fmt: skip
-    """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32) with
+    """dx, and this block's share of dW into row bid of dw_partial ((grid, N) fp32, or with a
+    grid of one block dW itself as (1, N) of its dtype: rows.launch.run_backward) with
     HAS_WEIGHT. Blocks take fixed row tiles (bid, bid + grid, ...), so dW is deterministic.
     PREFETCH: each iteration reads the block's next tile before it works on this one; gathered
     tiles that can overhang A run the tiles wholly inside A so (the next one clamped to the last
