@@ -244,15 +244,15 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     return y, rstd
 
 
-def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool):
+def _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default: bool, few: bool = False):
     """backward() on the row-tile kernels, or None when their rules leave x's rows to the core
     plan; with default (mode None) only for the rows the default backward gives them: those
     backward_by_default names, the short rows of a view (B > 1) that the core would copy, and
-    few rows (plan.few_rows)."""
+    few rows (few: the caller's plan.few_rows)."""
     p, a, b, n = _rows_plan("backward", x, dy, rstd)
     if p is None and a * b:
         return None
-    if default and not (backward_by_default(n, x.element_size()) or b > 1 or few_rows(a * b, n, _device_of(x).num_sms)):
+    if default and not (backward_by_default(n, x.element_size()) or b > 1 or few):
         return None
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if dx_out is None else dx_out
     dw = None if weight is None else torch.empty_like(weight, memory_format=torch.contiguous_format)
@@ -306,10 +306,10 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     row, the core kernels elsewhere."""
     check_casting(casting)
     n, es = x.shape[-1], x.element_size()
-    default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
-    default = default or (mode is None and few_rows(x.numel() // max(1, n), n, _device_of(x).num_sms))
+    few = mode is None and few_rows(x.numel() // max(1, n), n, _device_of(x).num_sms)
+    default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es) or few)
     if mode == "rows" or default:
-        done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default)
+        done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default, few)
         if done is not None:
             return done
     n = x.shape[-1]

@@ -13,7 +13,7 @@ The backward's row-tile rules are still the first choices read from the SASS (se
 by default on the rows that ``backward_by_default`` names (short power-of-two rows: session 14's
 comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 8 elements, not
 16, whose static tiles hold 16 warps an SM: session 22; aligned rows up to SHORT_BWD_MAX_ELEMS
-that are not a power of two: session 27) and, on row tiles, at most as many rows as SMs
+that are not a power of two: session 27) and at most as many rows as SMs of 2048 elements or more
 (``few_rows``: session 39), elsewhere only with ``mode="rows"``.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
