@@ -166,6 +166,13 @@ def test_plan_rules():
     assert plan("forward", 1, 1, 1024, 4, SMS).tile_a == 4  # fp32 1024 (4 KB rows): not measured, kept
     assert plan("forward", 1, 1, 4096, 2, SMS, fill=False).tile_a == 2  # (the fused add's and FP8's plans)
     assert plan("backward", 1, 1, 2048, 2, SMS).tile_a == 2  # (the backward: not measured)
+    # one tile a block without the loop (ONE_TILE_THREAD_BYTES): one unpadded row of plain loads of
+    # at most 64 bytes a thread, where the grid is the tiles
+    assert [plan("forward", m, 1, 2048, 2, SMS).loop for m in (1, 132, 526, 527, 16384)] == [False] * 3 + [True] * 2
+    assert not plan("forward", 256, 1, 2048, 4, SMS).loop and not plan("forward", 256, 1, 4096, 2, SMS).loop
+    assert plan("forward", 256, 1, 4096, 4, SMS).loop and plan("forward", 256, 1, 8192, 2, SMS).loop  # 128 B
+    assert plan("forward", 132, 1, 3072, 2, SMS).loop  # two pieces
+    assert plan("forward", 1, 1, 2048, 2, SMS, fill=False).loop and plan("backward", 1, 1, 4096, 2, SMS).loop
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
@@ -378,7 +385,7 @@ def test_prefetch_forward(dev, shape, what, dtype, gen):
                     loads=K.LOADS_PLAIN, prefetch=True)  # fmt: skip
         tiles = -(-a // p.tile_a) * (b // p.tile_b)
         assert p.kind == "tile" and p.grid == min(3, tiles) and p.prefetch == (tiles > 3), p
-        return dataclasses.replace(p, prefetch=True, grid=3)
+        return dataclasses.replace(p, prefetch=True, grid=3, loop=True)
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
 
@@ -1577,6 +1584,51 @@ def test_one_block_backward_stores_dw_itself(dev, dtype, w_dtype, n, monkeypatch
         tols = tolerances(dtype, None if w is None else w.dtype, "llama")
         check_all(out, {"y": yr, "rstd": rr, "dx": dxr, "dw": dwr}, tols, _few_rows(x, dy))
     assert reduced == []
+
+
+ONE_TILE_CASES = [
+    ((1, 2048), torch.bfloat16),
+    ((5, 2048), torch.float16),
+    ((3, 4096), torch.bfloat16),
+    ((7, 2048), torch.float32),
+    ((2, 3, 2048), torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("shape,dtype", ONE_TILE_CASES, ids=str)
+def test_one_tile_forward_runs_without_a_loop(dev, shape, dtype, gen):
+    """The forward of one tile a block (RowsPlan.loop False: rows_fwd without its loop) against
+    float64, every output NaN-poisoned; y and rstd bit for bit those of the same plan with the loop
+    (a row's bits do not depend on how its block finds it)."""
+    casting = "gemma" if dtype == torch.float32 else "llama"
+    x, dy, w = make_inputs(shape, dtype, dev, generator=gen)
+    a, b = row_groups(x)
+    y, rstd, dx, dw = rms_norm_ref_grads(x, dy, w, EPS)
+    outs = []
+    for loop in (False, True):
+
+        def plan_of(op, a, b, n, es, sms, loop=loop):
+            p = RL.plan(op, a, b, n, es, sms)
+            if op == "forward":
+                assert p.kind == "tile" and not p.loop and p.grid == a * b, p
+                p = dataclasses.replace(p, loop=loop)
+            return p
+
+        plans = lambda d: [plan_of(op, a, b, shape[-1], x.element_size(), d.num_sms) for op in OPS]  # noqa: E731
+        outs.append(_poisoned_run(x, dy, w, casting, 0.0, plans))
+        tols = tolerances(dtype, dtype, casting)
+        check_all(outs[-1], {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tols, _few_rows(x, dy))
+    assert torch.equal(outs[0]["y"], outs[1]["y"]) and torch.equal(outs[0]["rstd"], outs[1]["rstd"])
+
+
+def test_one_tile_plan_needs_its_grid():
+    """A plan without the loop launched on other rows than it was made for (fewer blocks than
+    tiles would leave rows unwritten) is refused before any launch."""
+    p = RL.plan("forward", 4, 1, 2048, 2, SMS)
+    assert not p.loop and p.grid == 4
+    x = torch.zeros(8, 1, 2048, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a block a tile"):
+        RL.run_forward(p, x, None, torch.empty_like(x), None, EPS, 0.0, 0, None, 0)
 
 
 def test_few_rows_take_the_row_tile_backward(monkeypatch):

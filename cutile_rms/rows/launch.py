@@ -31,7 +31,7 @@ __all__ = ["BACKWARD_PARAMS", "FLAT_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS",
-                  "PREFETCH")  # fmt: skip
+                  "PREFETCH", "LOOP")  # fmt: skip
 BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                    "HAS_WEIGHT", "ROUND_XHAT", "CHECK_A", "CHECK_N", "LOADS", "PREFETCH")  # fmt: skip
 # The long-row kernels (plan kind "long"), by op: forward, the backward's row dot, its chunks, and
@@ -124,7 +124,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     else:
         w0, w1, w2 = p.widths
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n,
-                     LOADS=p.loads, RESIDUAL=residual, PREFETCH=p.prefetch)  # fmt: skip
+                     LOADS=p.loads, RESIDUAL=residual, PREFETCH=p.prefetch, LOOP=p.loop)  # fmt: skip
     return dict(shape, CASTING=casting, HAS_WEIGHT=has_weight, STORE_RSTD=store_rstd,
                 ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA)  # fmt: skip
 
@@ -156,6 +156,8 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
                   rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset),
                   chunks=x.shape[2] // p.widths[0])  # fmt: skip
+    if not p.loop and p.grid != -(-x.shape[0] // p.tile_a) * (x.shape[1] // p.tile_b):
+        raise ValueError(f"a plan without a loop needs a block a tile: grid {p.grid} is not the tiles of {x.shape}")
     op = "forward" if p.kind == "tile" else "forward_" + p.kind
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
 

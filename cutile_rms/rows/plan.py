@@ -232,6 +232,25 @@ MIN_PIECE_BYTES = 2048
 # and fp32 2048 and 4096 at 1-4099 rows against 20000, on the H200).
 FILL_TILES_PER_SM = 2
 FILL_MIN_ROW_ELEMS = 2048
+# One tile a block, forward (RowsPlan.loop False: kernels.rows_fwd without its grid-stride loop):
+# where the grid is the tiles, each block runs one tile, and a tile of one short row is a
+# latency-bound round trip. The loop's code, which tileiras 13.4 software-pipelines (the next
+# tile's loads and address math in the prologue), is most of such a block's work: CPU SASS, bf16
+# 1 x 2048 at 8 blocks 728 instructions and 61 registers with the loop, 304 and 40 without; bf16
+# 1 x 4096 888 / 98 -> 368 / 63. ncu (H200, bf16 132 x 2048, ab/s40a): the loop's block ran 2880
+# active cycles against 2288 for a minimal loop-free kernel and Liger's 2296, the difference in
+# no-instruction (icache), short-scoreboard and wait stalls. Session 40 (ab/s40b, H200, graph replay,
+# us, loop -> none, one y as the torch API's allocations in a captured graph): one unpadded plain
+# row of at most ONE_TILE_THREAD_BYTES a thread ran faster everywhere: bf16 2048 M = 1 / 32 / 132 /
+# 256 1.53 / 1.77 / 2.06 / 2.52 -> 1.42 / 1.62 / 1.92 / 2.45, bf16 4096 1.66 / 1.94 / 2.68 / 3.08 ->
+# 1.53 / 1.74 / 2.52 / 3.05, fp16 4096 1.64 / 1.77 / 2.56 / 3.08 -> 1.54 / 1.74 / 2.51 / 3.10, fp32
+# 2048 1.55 / 1.76 / 2.57 / 3.00 -> 1.42 / 1.66 / 2.46 / 2.87 (1.00-1.12x); 128 bytes a thread and
+# more lost or tied (bf16 8192 0.96x, fp32 4096 0.98-1.01x, fp32 8192 0.98-1.02x), where the loop's
+# early loads pay. Without the loop, tiles of several rows, padded pieces and gathers lost (bf16
+# 16384 x 1536 (4 x 2048 padded) 0.83x, 16384 x 2880 0.90x, gathered 148143 x 453 0.27x, 99999 x
+# 383 0.66x; training tiles of several rows 0.99-1.02x): they keep the loop, as do the callers
+# that pass fill=False (the experimental fused add and FP8, not measured).
+ONE_TILE_THREAD_BYTES = 64
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
@@ -856,7 +875,9 @@ class RowsPlan:
     and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
-    the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only)."""
+    the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only). loop
+    (forward tiles): the blocks stride over the tiles; False where the grid is the tiles, one a
+    block, which kernels.rows_fwd then runs without a loop (LOOP; bench/NOTES.md, session 40)."""
 
     op: str
     tile_a: int
@@ -874,10 +895,19 @@ class RowsPlan:
     unroll: bool = False
     onepass: bool = False
     prefetch: bool = False
+    loop: bool = True
 
     @property
     def hints(self) -> tuple:
         return (self.occupancy, self.warps)
+
+
+def one_tile(op: str, rows: int, pieces, n: int, elem_size: int, threads: int, loads: int) -> bool:
+    """Whether a forward tile of ``rows`` rows as ``pieces`` runs without the grid-stride loop
+    where the grid is the tiles: one unpadded row of plain loads, at most ONE_TILE_THREAD_BYTES
+    a thread (see ONE_TILE_THREAD_BYTES)."""
+    return (op == "forward" and rows == 1 and len(pieces) == 1 and pieces[0] == n and loads == LOADS_PLAIN
+            and n * elem_size <= ONE_TILE_THREAD_BYTES * threads)  # fmt: skip
 
 
 def unaligned(n: int, elem_size: int) -> bool:
@@ -1412,4 +1442,5 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
-                    static or (compiled and op == "forward"), prefetch=prefetch)  # fmt: skip
+                    static or (compiled and op == "forward"), prefetch=prefetch,
+                    loop=not (fill and one_tile(op, rows, ps, n, elem_size, threads, loads) and grid == tiles))  # fmt: skip

@@ -188,13 +188,15 @@ def _tail_start(whole):
 def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArray, rstd_out, eps, offset,
              TILE_A: C_INT, TILE_B: C_INT, W0: C_INT, W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
              STORE_RSTD: C_BOOL, RESIDUAL: C_INT, CHECK_A: C_BOOL, CHECK_N: C_BOOL, LOADS: C_INT,
-             PREFETCH: C_BOOL):  # fmt: skip
+             PREFETCH: C_BOOL, LOOP: C_BOOL):  # fmt: skip
     """y (and rstd, (A, B) fp32, with STORE_RSTD; rstd_out is a placeholder otherwise). RESIDUAL
     (the core kernels' RESIDUAL_*): NONE normalizes x (r and s_out are placeholders); ADD
     normalizes s = x + r (an fp32 add rounded once to s_out's dtype) and stores it to s_out;
     ADD_UNSTORED normalizes s without storing it (post-norm: s_out only names its dtype).
     PREFETCH (RESIDUAL_NONE, plain or TMA loads): each iteration loads the block's next tile (the
-    last tile again at the end, so always in bounds) before it reduces and stores this one."""
+    last tile again at the end, so always in bounds) before it reduces and stores this one.
+    LOOP: the blocks stride over the tiles (a grid of fewer blocks than tiles); without it the
+    grid is the tiles, block t runs tile t and no loop is compiled (plan.RowsPlan.loop)."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
@@ -211,15 +213,28 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
             _fwd_out(x0, x1, x2, ss, y, rstd_out, w0, w1, w2, ia, ib, j1, j2, x.shape[2], eps, TILE_A, TILE_B, W1, W2,
                      CASTING, HAS_WEIGHT, STORE_RSTD, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
             x0, x1, x2 = nx0, nx1, nx2
-    else:
+    elif LOOP:
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
-            ia, ib = _tile(t, tiles_b)
-            if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
-                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
-                          CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, u0, u1, u2, False, LOADS)  # fmt: skip
-            else:
-                _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
-                          CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, CHECK_A, LOADS)  # fmt: skip
+            _fwd_at(x, r, y, s_out, rstd_out, w0, w1, w2, t, tiles_b, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
+                    CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, u0, u1, u2, CHECK_A, LOADS)  # fmt: skip
+    else:
+        _fwd_at(x, r, y, s_out, rstd_out, w0, w1, w2, ct.bid(0), tiles_b, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2,
+                CASTING, HAS_WEIGHT, STORE_RSTD, RESIDUAL, c0, c1, c2, u0, u1, u2, CHECK_A, LOADS)  # fmt: skip
+
+
+@tile_function
+def _fwd_at(x, r, y, s_out, rstd_out, w0, w1, w2, t, tiles_b, j1, j2, eps, TILE_A: C_INT, TILE_B: C_INT, W0: C_INT,
+            W1: C_INT, W2: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, RESIDUAL: C_INT,
+            C0: C_BOOL, C1: C_BOOL, C2: C_BOOL, U0: C_BOOL, U1: C_BOOL, U2: C_BOOL, CHECK_A: C_BOOL,
+            LOADS: C_INT):  # fmt: skip
+    """rows_fwd's work on row tile t: unchecked (U*) where ``_whole`` says it lies inside A."""
+    ia, ib = _tile(t, tiles_b)
+    if _whole(ia, x.shape[0], TILE_A, CHECK_A, LOADS):
+        _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                  HAS_WEIGHT, STORE_RSTD, RESIDUAL, U0, U1, U2, False, LOADS)  # fmt: skip
+    else:
+        _fwd_tile(x, r, y, s_out, rstd_out, w0, w1, w2, ia, ib, j1, j2, eps, TILE_A, TILE_B, W0, W1, W2, CASTING,
+                  HAS_WEIGHT, STORE_RSTD, RESIDUAL, C0, C1, C2, CHECK_A, LOADS)  # fmt: skip
 
 
 @tile_function
