@@ -81,6 +81,10 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   8192 (one piece, 3 blocks per SM) 79.2 vs 70.1, 3072 (6 KB) 72.2 vs 66.7; fp32 one-row tiles
   ran 3-10% faster on a block per tile at every N tried. A persistent grid must fill the SMs:
   at SMs x 1 blocks the same tiles ran 1.5-3x slower (bf16 2048: 200 vs 70 us).
+- loop (forward): the blocks stride over the tiles in a loop, but for one unpadded row of plain
+  loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile, which runs
+  without it (the loop's software-pipelined code was most of such a block's work: decode-sized
+  rows 1.00-1.12x faster, session 40; wider rows, padded and gathered tiles lost without it).
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
   ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
