@@ -1445,6 +1445,6 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         prefetch = bool(prefetch) and grid < tiles and loads != LOADS_GATHER
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
+    loop = not (fill and grid == tiles and one_tile(op, rows, ps, n, elem_size, threads, loads))
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
-                    static or (compiled and op == "forward"), prefetch=prefetch,
-                    loop=not (fill and one_tile(op, rows, ps, n, elem_size, threads, loads) and grid == tiles))  # fmt: skip
+                    static or (compiled and op == "forward"), prefetch=prefetch, loop=loop)  # fmt: skip
