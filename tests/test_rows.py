@@ -172,7 +172,12 @@ def test_plan_rules():
     assert not plan("forward", 256, 1, 2048, 4, SMS).loop and not plan("forward", 256, 1, 4096, 2, SMS).loop
     assert plan("forward", 256, 1, 4096, 4, SMS).loop and plan("forward", 256, 1, 8192, 2, SMS).loop  # 128 B
     assert plan("forward", 132, 1, 3072, 2, SMS).loop  # two pieces
-    assert plan("forward", 1, 1, 2048, 2, SMS, fill=False).loop and plan("backward", 1, 1, 4096, 2, SMS).loop
+    assert plan("forward", 4, 1, 1536, 2, SMS, tile_rows=1).loop  # a padded piece
+    assert plan("forward", 4, 1, 2048, 2, SMS, tile_rows=1, loads=K.LOADS_GATHER).loop  # gathers
+    assert plan("forward", 5000, 1, 2048, 2, SMS, tile_rows=1, persistent=True).loop  # fewer blocks than tiles
+    assert not plan("forward", 4, 1, 2048, 2, SMS, tile_rows=1).loop
+    assert plan("forward", 4, 1, 2048, 2, SMS, tile_rows=1, fill=False).loop  # (the fused add's plans)
+    assert plan("forward", 2, 3, 2048, 2, SMS).loop and plan("backward", 1, 1, 4096, 2, SMS).loop  # views: not fill
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
@@ -1586,13 +1591,10 @@ def test_one_block_backward_stores_dw_itself(dev, dtype, w_dtype, n, monkeypatch
     assert reduced == []
 
 
-ONE_TILE_CASES = [
-    ((1, 2048), torch.bfloat16),
-    ((5, 2048), torch.float16),
-    ((3, 4096), torch.bfloat16),
-    ((7, 2048), torch.float32),
-    ((2, 3, 2048), torch.bfloat16),
-]
+# (The rules plan no head view (B > 1) without the loop: the fill rule, which makes one-row tiles of
+# few rows, takes 2-D rows only.)
+ONE_TILE_CASES = [((1, 2048), torch.bfloat16), ((5, 2048), torch.float16), ((3, 4096), torch.bfloat16),
+                  ((7, 2048), torch.float32)]  # fmt: skip
 
 
 @pytest.mark.parametrize("shape,dtype", ONE_TILE_CASES, ids=str)
@@ -1622,13 +1624,44 @@ def test_one_tile_forward_runs_without_a_loop(dev, shape, dtype, gen):
 
 
 def test_one_tile_plan_needs_its_grid():
-    """A plan without the loop launched on other rows than it was made for (fewer blocks than
-    tiles would leave rows unwritten) is refused before any launch."""
+    """A plan without the loop launched on other rows than it was made for is refused before any
+    launch: fewer blocks than tiles would leave rows unwritten, more would store past the rows
+    (the plan's tiles are unchecked)."""
     p = RL.plan("forward", 4, 1, 2048, 2, SMS)
-    assert not p.loop and p.grid == 4
-    x = torch.zeros(8, 1, 2048, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="a block a tile"):
-        RL.run_forward(p, x, None, torch.empty_like(x), None, EPS, 0.0, 0, None, 0)
+    assert not p.loop and p.grid == 4 and not p.check_a
+    for m in (8, 2):
+        x = torch.zeros(m, 1, 2048, dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match="a block a tile"):
+            RL.run_forward(p, x, None, torch.empty_like(x), None, EPS, 0.0, 0, None, 0)
+
+
+def test_one_tile_forward_has_no_loop(monkeypatch):
+    """Block t of the loop-free forward runs tile t and no other: launched (interpreter) on half
+    its tiles' blocks, it leaves the other rows as they were (NaN), where the same plan with the
+    loop writes them all."""
+    real = RL.launch
+    monkeypatch.setattr(RL, "launch", lambda stream, grid, kernel, args: real(stream, (grid[0] // 2,), kernel, args))
+    with interpret.interpreting():
+        for loop in (False, True):
+            p = dataclasses.replace(RL.plan("forward", 4, 1, 2048, 2, 4), loop=loop)
+            assert (p.grid, p.tile_a) == (4, 1), p
+            x = torch.randn(4, 1, 2048).to(torch.bfloat16)
+            y = torch.full_like(x, float("nan"))
+            RL.run_forward(p, x, None, y, None, EPS, 0.0, CK.CAST_LLAMA, None, 0)
+            written = torch.isfinite(y).all(dim=2).flatten().tolist()
+            assert written == ([True, True, False, False] if not loop else [True] * 4), (loop, written)
+
+
+def test_one_tile_forward_compiles_no_loop(sass):
+    """The loop-free forward's SASS holds no loop (sass.innermost_loop); the same plan with the
+    loop holds one."""
+    p = plan("forward", 132, 1, 2048, 2, SMS)
+    assert not p.loop
+    bodies = []
+    for q in (p, dataclasses.replace(p, loop=True)):
+        kernel, params, hints = sass.rows_params(q, sass.ct.bfloat16, 132, 1, 2048)
+        bodies.append(sass.innermost_loop(sass.cuobjdump(sass.compile_cubin(kernel, params, **hints), "-sass")))
+    assert bodies[0] == [] and len(bodies[1]) > 0
 
 
 def test_few_rows_take_the_row_tile_backward(monkeypatch):

@@ -82,9 +82,10 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   ran 3-10% faster on a block per tile at every N tried. A persistent grid must fill the SMs:
   at SMs x 1 blocks the same tiles ran 1.5-3x slower (bf16 2048: 200 vs 70 us).
 - loop (forward): the blocks stride over the tiles in a loop, but for one unpadded row of plain
-  loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile, which runs
-  without it (the loop's software-pipelined code was most of such a block's work: decode-sized
-  rows 1.00-1.12x faster, session 40; wider rows, padded and gathered tiles lost without it).
+  loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile where the caller
+  fills (fill=True), which runs without it (the loop's software-pipelined code was most of such
+  a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
+  gathered tiles lost without it).
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
   ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
@@ -241,19 +242,21 @@ FILL_MIN_ROW_ELEMS = 2048
 # latency-bound round trip. The loop's code, which tileiras 13.4 software-pipelines (the next
 # tile's loads and address math in the prologue), is most of such a block's work: CPU SASS, bf16
 # 1 x 2048 at 8 blocks 728 instructions and 61 registers with the loop, 304 and 40 without; bf16
-# 1 x 4096 888 / 98 -> 368 / 63. ncu (H200, bf16 132 x 2048, ab/s40a): the loop's block ran 2880
-# active cycles against 2288 for a minimal loop-free kernel and Liger's 2296, the difference in
-# no-instruction (icache), short-scoreboard and wait stalls. Session 40 (ab/s40b, H200, graph replay,
-# us, loop -> none, one y as the torch API's allocations in a captured graph): one unpadded plain
-# row of at most ONE_TILE_THREAD_BYTES a thread ran faster everywhere: bf16 2048 M = 1 / 32 / 132 /
+# 1 x 4096 888 / 98 -> 368 / 63. ncu (H200, bf16 132 x 2048, ab/s40a; active cycles an SM): rows_fwd
+# 2880, minimal one-row kernels 2504 with the loop and 2289 without, Liger's 2296; rows_fwd's extra
+# stalls are no-instruction (icache), short-scoreboard and wait. Session 40 (ab/s40b-d, H200, graph
+# replay, us, loop -> none, one y as the torch API's allocations in a captured graph): one unpadded
+# plain row of at most ONE_TILE_THREAD_BYTES a thread ran faster or tied: bf16 2048 M = 1 / 32 / 132 /
 # 256 1.53 / 1.77 / 2.06 / 2.52 -> 1.42 / 1.62 / 1.92 / 2.45, bf16 4096 1.66 / 1.94 / 2.68 / 3.08 ->
 # 1.53 / 1.74 / 2.52 / 3.05, fp16 4096 1.64 / 1.77 / 2.56 / 3.08 -> 1.54 / 1.74 / 2.51 / 3.10, fp32
-# 2048 1.55 / 1.76 / 2.57 / 3.00 -> 1.42 / 1.66 / 2.46 / 2.87 (1.00-1.12x); 128 bytes a thread and
-# more lost or tied (bf16 8192 0.96x, fp32 4096 0.98-1.01x, fp32 8192 0.98-1.02x), where the loop's
-# early loads pay. Without the loop, tiles of several rows, padded pieces and gathers lost (bf16
-# 16384 x 1536 (4 x 2048 padded) 0.83x, 16384 x 2880 0.90x, gathered 148143 x 453 0.27x, 99999 x
-# 383 0.66x; training tiles of several rows 0.99-1.02x): they keep the loop, as do the callers
-# that pass fill=False (the experimental fused add and FP8, not measured).
+# 2048 1.55 / 1.76 / 2.57 / 3.00 -> 1.42 / 1.66 / 2.46 / 2.87; to the rule's largest M (526 rows:
+# fill gives one row a tile up to there) 0.98-1.08x (s40c: 2048 at 384 / 526, s40d: 4096 at 320-526;
+# 0.98-1.12x in all, geomean 1.04); 128 bytes a thread and more lost or tied (bf16 8192 0.96x,
+# fp32 4096 0.98-1.01x, fp32 8192 0.98-1.02x), where the loop's early loads pay. Without the loop,
+# tiles of several rows, padded pieces and gathers lost (bf16 16384 x 1536 (4 x 2048 padded) 0.83x,
+# 16384 x 2880 0.90x, gathered 148143 x 453 0.27x, 99999 x 383 0.66x; training tiles of several
+# rows 0.99-1.02x): they keep the loop. Callers that pass fill=False (the experimental fused add;
+# FP8 has a kernel of its own) keep it too: unmeasured.
 ONE_TILE_THREAD_BYTES = 64
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
@@ -880,8 +883,8 @@ class RowsPlan:
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only). loop
-    (forward tiles): the blocks stride over the tiles; False where the grid is the tiles, one a
-    block, which kernels.rows_fwd then runs without a loop (LOOP; bench/NOTES.md, session 40)."""
+    (forward tiles): the blocks stride over the tiles; False (``one_tile``, on a grid of one block
+    a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP)."""
 
     op: str
     tile_a: int
