@@ -306,8 +306,9 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     row, the core kernels elsewhere."""
     check_casting(casting)
     n, es = x.shape[-1], x.element_size()
-    few = mode is None and few_rows(x.numel() // max(1, n), n, _device_of(x).num_sms)
-    default = mode is None and (backward_by_default(n, es) or short_view_rows(n, es) or few)
+    by_rule = mode is None and (backward_by_default(n, es) or short_view_rows(n, es))  # cheap tests first
+    few = mode is None and not by_rule and few_rows(x.numel() // max(1, n), n, _device_of(x).num_sms)
+    default = by_rule or few
     if mode == "rows" or default:
         done = _rows_backward(x, dy, weight, rstd, offset, casting, dx_out, default, few)
         if done is not None:

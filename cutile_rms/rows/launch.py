@@ -156,8 +156,7 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
                   s_out=s if s is not None else (s_dtype_like if residual is not None else x),
                   rstd_out=y if rstd is None else rstd, eps=float(eps), offset=float(offset),
                   chunks=x.shape[2] // p.widths[0])  # fmt: skip
-    tiles = -(-x.shape[0] // p.tile_a) * -(-x.shape[1] // p.tile_b)  # as rows_fwd counts them
-    if not p.loop and p.grid != tiles:
+    if not p.loop and p.grid != -(-x.shape[0] // p.tile_a) * -(-x.shape[1] // p.tile_b):  # rows_fwd's tiles
         raise ValueError(f"a plan without a loop needs a block a tile: grid {p.grid} is not the tiles of {x.shape}")
     op = "forward" if p.kind == "tile" else "forward_" + p.kind
     launch(stream, (p.grid,), _VARIANTS[op, p.static][p.hints], arguments(op, values))
