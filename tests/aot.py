@@ -394,6 +394,15 @@ def _rows_jobs(add):
                 native = K.CAST_LLAMA_NATIVE if x != "float32" else K.CAST_LLAMA
                 for store in (True, False):
                     _rows_job(add, "few rows", "forward", p, n, x, x, native, store)
+    # many tiles (plan.many_tiles): a block a tile without the loop, a length of each kind of row it
+    # takes (plain 16-byte rows of two pieces on runtime layouts; gathered static rows: odd, 2 mod 4,
+    # 4 mod 8 on 8 warps, 8 mod 16; one 8192 or 16384 piece and three pieces on 8 warps), with and
+    # without rstd in bf16, with it in fp16
+    for n in (5120, 5376, 4441, 4642, 4804, 4392, 7469, 10563, 14601):
+        p = plan("forward", 100000, 1, n, 2, 132, long=False)
+        assert not p.loop and p.grid == 100000, p
+        for x, store in (("bfloat16", True), ("bfloat16", False), ("float16", True)):
+            _rows_job(add, "many tiles", "forward", p, n, x, x, K.CAST_LLAMA_NATIVE, store)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     # one block: dW stored directly in the weight's dtype (rows.launch.run_backward): one row of the
     # default's lengths, a padded last piece (fp32 3000), a static layout (bf16 1098), a head view

@@ -22,6 +22,7 @@ from cutile_rms.rows.plan import (
     FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
     FP32_BWD_MIN_BYTES,
+    MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
     PADDED_BWD_MIN_SHARE,
@@ -96,9 +97,11 @@ def test_plan_rules():
     assert (h.tile_a, h.tile_b, h.grid) == (64, 1, 64 * 28)  # (plan.ONE_HEAD_ROW_BYTES)
     h = plan("forward", 4096, 28, 64, 2, SMS)  # of 128 bytes: 4 heads
     assert (h.tile_a, h.tile_b) == (32, 4)
-    g = plan("forward", 12483, 1, 5376, 2, SMS)  # pieces of at least 2 KB; one 16-bit row per tile, persistent
+    g = plan("forward", 4096, 1, 5376, 2, SMS)  # pieces of at least 2 KB; one 16-bit row per tile, persistent
     assert g.widths == (4096, 2048, 0) and g.check_n and not g.check_a and g.tile_a == 1
-    assert (g.warps, g.occupancy, g.grid) == (4, 4, 4 * SMS)
+    assert (g.warps, g.occupancy, g.grid, g.loop) == (4, 4, 4 * SMS, True)
+    g = plan("forward", 12483, 1, 5376, 2, SMS)  # ... unless the tiles are many: a block a tile, no loop
+    assert (g.widths, g.warps, g.occupancy, g.grid, g.loop) == ((4096, 2048, 0), 4, 4, 12483, False)
     e = plan("forward", 8192, 1, 8192, 2, SMS)  # one piece, 3 blocks per SM (a hint of 3): a block per tile
     assert (e.tile_a, e.warps, e.occupancy, e.grid) == (1, 4, 3, 8192)
     for n, es in ((8192, 4), (7168, 4), (8116, 4)):  # the line's 3 blocks of 4 warps: a hint of 3
@@ -178,10 +181,27 @@ def test_plan_rules():
     assert not plan("forward", 4, 1, 2048, 2, SMS, tile_rows=1).loop
     assert plan("forward", 4, 1, 2048, 2, SMS, tile_rows=1, fill=False).loop  # (the fused add's plans)
     assert plan("forward", 2, 3, 2048, 2, SMS).loop and plan("backward", 1, 1, 4096, 2, SMS).loop  # views: not fill
+    # many tiles (MANY_TILES_WAVES): the one-row 16-bit tiles of a persistent grid run a block a tile
+    # without the loop from 12 times that grid's tiles on; each condition on its own
+    waves = MANY_TILES_WAVES * 4 * SMS  # bf16 4097-6143: 4 blocks an SM
+    for n in (5120, 4441, 4642, 4392, 4804):  # plain; odd, 2 mod 4 (gathered); 8 mod 16, 4 mod 8 (pieces <= 1024)
+        below, at = plan("forward", waves - 1, 1, n, 2, SMS), plan("forward", waves, 1, n, 2, SMS)
+        assert (below.grid, below.loop) == (4 * SMS, True) and (at.grid, at.loop) == (waves, False), (n, below, at)
+        assert (below.tile_a, below.widths, below.warps) == (at.tile_a, at.widths, at.warps)  # the same tile
+    f = plan("forward", 2 * waves, 1, 10563, 2, SMS)  # 8192 + 2048 + 512 on 8 warps at 2 blocks
+    assert (f.grid, f.loop, f.occupancy) == (2 * waves, False, 2)
+    for n in (5528, 5212):  # 8- and 16-byte gathered rows whose last piece is 2048 keep the loop
+        f = plan("forward", 2 * waves, 1, n, 2, SMS)
+        assert f.loads == K.LOADS_GATHER and f.widths[1] == 2048 and (f.grid, f.loop) == (4 * SMS, True), f
+    f = plan("forward", 100000, 1, 2114, 2, SMS)  # 2049-3071: already 8 blocks an SM (MAX_BLOCKS_PER_SM)
+    assert (f.occupancy, f.grid, f.loop) == (8, 8 * SMS, True)
+    assert plan("forward", waves, 1, 5120, 2, SMS, fill=False).loop  # (the fused add's plans)
+    assert plan("forward", waves, 1, 5120, 2, SMS, persistent=True).grid == 4 * SMS  # (probes: asked)
+    assert plan("forward", waves, 1, 5120, 4, SMS).loop  # fp32: a block a tile already, with the loop
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
-        assert f.grid == min(m, 4 * SMS)
+        assert f.grid == (m if m >= MANY_TILES_WAVES * 4 * SMS else min(m, 4 * SMS))  # (many_tiles)
         f = plan("forward", m, 1, 7168, 2, SMS)  # the long forward: chunks, one block a row
         assert (f.kind, f.widths, f.warps, f.occupancy, f.grid) == ("long", (4096, 0, 0), 8, 4, m)
 
@@ -1530,10 +1550,12 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 1024, 2048, 2265, 3072, 4096, 5376, 7168, 25263])
+@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168, 10563,
+                               25263])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
-    on lengths the row-tile rules plan (one tile per row tile, a persistent grid, a padded piece,
+    on lengths the row-tile rules plan (one tile per row tile, a persistent grid or, from
+    MANY_TILES_WAVES times its tiles, a block a tile without the loop (4441, 5376, 10563), a padded piece,
     gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of fewer
     rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y)."""
@@ -1602,6 +1624,27 @@ def test_one_tile_forward_runs_without_a_loop(dev, shape, dtype, gen):
     """The forward of one tile a block (RowsPlan.loop False: rows_fwd without its loop) against
     float64, every output NaN-poisoned; y and rstd bit for bit those of the same plan with the loop
     (a row's bits do not depend on how its block finds it)."""
+    _check_without_loop(shape, dtype, dev, gen)
+
+
+# many_tiles' plans: a plain 16-byte row (two pieces), a gathered odd row, a 2 mod 4 row in fp16, and
+# an odd row of three pieces on 8 warps; at least MANY_TILES_WAVES times the persistent grid's tiles
+MANY_TILE_CASES = [((6336, 5120), torch.bfloat16), ((7001, 4441), torch.bfloat16), ((6400, 4642), torch.float16),
+                   ((3200, 10563), torch.bfloat16)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", MANY_TILE_CASES, ids=str)
+def test_many_tiles_forward_runs_without_a_loop(shape, dtype, gen):
+    """The forward of plan.many_tiles (a block a tile without the loop where a persistent grid
+    would take many tiles) against float64, every output NaN-poisoned; y and rstd bit for bit those
+    of the same tiles with the loop."""
+    _check_without_loop(shape, dtype, "cuda", gen)
+
+
+def _check_without_loop(shape, dtype, dev, gen):
+    """The rules' loop-free forward plan of shape against float64 and against the same plan with
+    the loop (test_one_tile_forward_runs_without_a_loop, test_many_tiles_forward_runs_without_a_loop)."""
     casting = "gemma" if dtype == torch.float32 else "llama"
     x, dy, w = make_inputs(shape, dtype, dev, generator=gen)
     a, b = row_groups(x)
@@ -1652,14 +1695,15 @@ def test_one_tile_forward_has_no_loop(monkeypatch):
             assert written == ([True, True, False, False] if not loop else [True] * 4), (loop, written)
 
 
-def test_one_tile_forward_compiles_no_loop(sass):
+@pytest.mark.parametrize("m,n", [(132, 2048), (20000, 4441)])
+def test_one_tile_forward_compiles_no_loop(sass, m, n):
     """The loop-free forward's SASS holds no loop (sass.innermost_loop); the same plan with the
-    loop holds one."""
-    p = plan("forward", 132, 1, 2048, 2, SMS)
+    loop holds one: one_tile's plan (bf16 132 x 2048) and many_tiles' (a gathered static row)."""
+    p = plan("forward", m, 1, n, 2, SMS)
     assert not p.loop
     bodies = []
     for q in (p, dataclasses.replace(p, loop=True)):
-        kernel, params, hints = sass.rows_params(q, sass.ct.bfloat16, 132, 1, 2048)
+        kernel, params, hints = sass.rows_params(q, sass.ct.bfloat16, m, 1, n)
         bodies.append(sass.innermost_loop(sass.cuobjdump(sass.compile_cubin(kernel, params, **hints), "-sass")))
     assert bodies[0] == [] and len(bodies[1]) > 0
 
