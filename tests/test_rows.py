@@ -184,7 +184,8 @@ def test_plan_rules():
     # many tiles (MANY_TILES_WAVES): the one-row 16-bit tiles of a persistent grid run a block a tile
     # without the loop from 12 times that grid's tiles on; each condition on its own
     waves = MANY_TILES_WAVES * 4 * SMS  # bf16 4097-6143: 4 blocks an SM
-    for n in (5120, 4441, 4642, 4392, 4804):  # plain; odd, 2 mod 4 (gathered); 8 mod 16, 4 mod 8 (pieces <= 1024)
+    for n in (5120, 4441, 4642, 5722, 4392, 4804):  # plain; odd, 2 mod 4 (gathered; 5722: a 2048 piece);
+        # 8 mod 16, 4 mod 8 (pieces <= 1024)
         below, at = plan("forward", waves - 1, 1, n, 2, SMS), plan("forward", waves, 1, n, 2, SMS)
         assert (below.grid, below.loop) == (4 * SMS, True) and (at.grid, at.loop) == (waves, False), (n, below, at)
         assert (below.tile_a, below.widths, below.warps) == (at.tile_a, at.widths, at.warps)  # the same tile
@@ -195,7 +196,12 @@ def test_plan_rules():
         assert f.loads == K.LOADS_GATHER and f.widths[1] == 2048 and (f.grid, f.loop) == (4 * SMS, True), f
     f = plan("forward", 100000, 1, 2114, 2, SMS)  # 2049-3071: already 8 blocks an SM (MAX_BLOCKS_PER_SM)
     assert (f.occupancy, f.grid, f.loop) == (8, 8 * SMS, True)
-    assert plan("forward", waves, 1, 5120, 2, SMS, fill=False).loop  # (the fused add's plans)
+    f = plan("forward", waves, 1, 5120, 2, SMS, fill=False)  # (the fused add's plans)
+    assert (f.grid, f.loop) == (4 * SMS, True)
+    b = plan("backward", 2 * waves, 1, 5120, 2, SMS)  # the backward keeps its persistent grid
+    assert b.grid < 2 * waves and b.loop
+    f = plan("forward", 2 * waves, 3, 5120, 2, SMS)  # views (B > 1): not measured, persistent
+    assert (f.grid, f.loop) == (4 * SMS, True)
     assert plan("forward", waves, 1, 5120, 2, SMS, persistent=True).grid == 4 * SMS  # (probes: asked)
     assert plan("forward", waves, 1, 5120, 4, SMS).loop  # fp32: a block a tile already, with the loop
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
@@ -1614,7 +1620,7 @@ def test_one_block_backward_stores_dw_itself(dev, dtype, w_dtype, n, monkeypatch
 
 
 # (The rules plan no head view (B > 1) without the loop: the fill rule, which makes one-row tiles of
-# few rows, takes 2-D rows only.)
+# few rows, and many_tiles take 2-D rows only.)
 ONE_TILE_CASES = [((1, 2048), torch.bfloat16), ((5, 2048), torch.float16), ((3, 4096), torch.bfloat16),
                   ((7, 2048), torch.float32)]  # fmt: skip
 
@@ -1628,18 +1634,22 @@ def test_one_tile_forward_runs_without_a_loop(dev, shape, dtype, gen):
 
 
 # many_tiles' plans: a plain 16-byte row (two pieces), a gathered odd row, a 2 mod 4 row in fp16, and
-# an odd row of three pieces on 8 warps; at least MANY_TILES_WAVES times the persistent grid's tiles
-MANY_TILE_CASES = [((6336, 5120), torch.bfloat16), ((7001, 4441), torch.bfloat16), ((6400, 4642), torch.float16),
-                   ((3200, 10563), torch.bfloat16)]  # fmt: skip
+# an odd row of three pieces on 8 warps; the rows: MANY_TILES_WAVES times the device's persistent
+# grid, plus an odd few
+MANY_TILE_CASES = [(5120, torch.bfloat16, 0), (4441, torch.bfloat16, 665), (4642, torch.float16, 64),
+                   (10563, torch.bfloat16, 32)]  # fmt: skip
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,dtype", MANY_TILE_CASES, ids=str)
-def test_many_tiles_forward_runs_without_a_loop(shape, dtype, gen):
+@pytest.mark.parametrize("n,dtype,extra", MANY_TILE_CASES, ids=str)
+def test_many_tiles_forward_runs_without_a_loop(n, dtype, extra, gen):
     """The forward of plan.many_tiles (a block a tile without the loop where a persistent grid
     would take many tiles) against float64, every output NaN-poisoned; y and rstd bit for bit those
     of the same tiles with the loop."""
-    _check_without_loop(shape, dtype, "cuda", gen)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    es = torch.empty((), dtype=dtype).element_size()
+    grid = plan("forward", 1 << 20, 1, n, es, sms, persistent=True).grid
+    _check_without_loop((MANY_TILES_WAVES * grid + extra, n), dtype, "cuda", gen)
 
 
 def _check_without_loop(shape, dtype, dev, gen):

@@ -76,8 +76,8 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   blocks an SM, or far over their cap, spilled and lost).
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
-  or more that take several pieces or one block per SM, unless those tiles are at least
-  MANY_TILES_WAVES times that grid (``many_tiles``: then a block a tile without the loop, 1.03-1.40x
+  or more that take several pieces or one block per SM, unless those tiles (of 2-D rows) are at
+  least MANY_TILES_WAVES times that grid (``many_tiles``: then a block a tile without the loop, 1.03-1.40x
   on fresh lengths of every class it takes, session 41). Probe, bf16, persistent vs a block per
   tile: 5376 75.9 vs 84.4 us, 7168 74.5 vs 88.3, 14336 74.2 vs 91.6, 18432 51.0 vs 57.8; but
   8192 (one piece, 3 blocks per SM) 79.2 vs 70.1, 3072 (6 KB) 72.2 vs 66.7; fp32 one-row tiles
@@ -87,7 +87,7 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile where the caller
   fills (fill=True), which runs without it (the loop's software-pipelined code was most of such
   a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
-  gathered tiles lost without it), and for ``many_tiles``' grids (fill=True too): without the
+  gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' grids (fill=True too): without the
   loop those tiles compile to fewer registers, so more blocks an SM keep rows in flight.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
@@ -256,6 +256,7 @@ FILL_MIN_ROW_ELEMS = 2048
 # fill gives one row a tile up to there) 0.98-1.08x (s40c: 2048 at 384 / 526, s40d: 4096 at 320-526;
 # 0.98-1.12x in all, geomean 1.04); 128 bytes a thread and more lost or tied (bf16 8192 0.96x,
 # fp32 4096 0.98-1.01x, fp32 8192 0.98-1.02x), where the loop's early loads pay. Without the loop,
+# on the grids the rules then gave (a block a tile already; ``many_tiles`` below is another case),
 # tiles of several rows, padded pieces and gathers lost (bf16 16384 x 1536 (4 x 2048 padded) 0.83x,
 # 16384 x 2880 0.90x, gathered 148143 x 453 0.27x, 99999 x 383 0.66x; training tiles of several
 # rows 0.99-1.02x): they keep the loop. Callers that pass fill=False (the experimental fused add;
@@ -263,31 +264,34 @@ FILL_MIN_ROW_ELEMS = 2048
 ONE_TILE_THREAD_BYTES = 64
 # Many tiles, forward (RowsPlan.loop False on a grid of the tiles instead of a persistent grid): the
 # one-row 16-bit tiles that the rules run on a persistent grid (rows of 8 KB or more in several
-# pieces, and gathered rows: ``persistent`` in plan()) run a block a tile without the loop where
-# the tiles are at least MANY_TILES_WAVES times that grid. Without the loop the same tile
-# compiles to fewer registers (CPU SASS, sm_90, 4 warps: bf16 4096 + 1024 90 -> 78, 4096 + 2048 112
-# -> 93, gathered 4441 96 -> 56, 5873 128 -> 64; no stack), so more blocks an SM keep rows in flight.
+# pieces, and gathered rows: ``persistent`` in plan()) run a block a tile without the loop where the
+# tiles are at least MANY_TILES_WAVES times that grid. Without the loop the same tile compiles to
+# fewer registers (CPU SASS, sm_90, 4 warps: bf16 4096 + 1024 90 -> 78, 4096 + 2048 112 -> 93,
+# gathered 4441 96 -> 56, 5873 128 -> 64; no stack), so more blocks an SM keep rows in flight.
 # Session 41 (ab/s41b, s41c; H200, graph replay, about 64 Mi elements, us, persistent -> a block a
 # tile without the loop): plain 16-byte rows bf16 4352 72.5 -> 66.8, 4400 72.8 -> 67.2, 5120 69.6 ->
-# 66.3, 5376 70.0 -> 67.3, 5888 69.1 -> 67.2 (with 4464, 4608, 4864, 5600, 5856: 1.03-1.09x), fp16
+# 66.3, 5376 70.0 -> 67.3, 5888 69.1 -> 67.1 (with 4464, 4608, 4864, 5600, 5856: 1.03-1.09x), fp16
 # 4400 / 4464 / 5120 / 5376 1.04-1.08x; rows of 2-byte loads (odd, 2 mod 4) 4159 92.3 -> 82.1, 4642
 # 87.1 -> 67.8 (with 4354, 4441, 4866, 4883, 4990, 5225, 5722: 1.08-1.29x; 5873 1.00x), odd rows of
-# the other bands 2067 / 2881 (two pieces at 8 blocks) 1.03-1.04x, 7681 / 7889 / 8435 / 10563 / 13865
-# / 14121 (1-3 pieces on 8 warps) 1.04-1.31x (10563 113.7 -> 86.5); 8- and 16-byte gathered rows with
-# a last piece of at most 1024 (4392, 4700, 4804) 1.06-1.10x. But 8- and 16-byte gathered rows with a
-# last piece of 2048 lost (8 mod 16 5464 / 5512 / 5528 / 5544 0.91-0.92x, 4 mod 8 5196 / 5212 / 5228
-# 0.86-0.87x; the same loads and no stack in their SASS: not explained): they keep the persistent
-# loop (``many_tiles``). Fewer tiles (s41d: the persistent grid x 1.5 / 3 / 6 / 12 rows) were mixed
-# below 12 (bf16 5376 0.97 / 0.87 / 0.98 / 1.02x, 4441 0.91 / 0.74 / 0.93 / 1.03x, 10563 1.00 / 0.81 /
-# 1.05 / 1.20x, 2881 0.86 / 0.85 / 0.93 / 0.99x, 5120 1.08 / 0.98 / 1.03 / 1.04x; 4642 1.09-1.26x at
-# every count): the persistent loop's prologue, which loads a block's next row, pays until the
-# tiles are many waves of the grid. Fresh lengths of every class the rule changes (s41e, seed 4142,
-# one a class): 4097-18431 1.03-1.40x at full size (e.g. 4110 76.9 -> 68.0, 4714 86.2 -> 67.8, 8853
-# 105.4 -> 84.6, 14601 122.9 -> 92.4, fp16 17299 137.8 -> 98.2), 1.02-1.25x at 12 waves. But rows of
-# 2049-3071, whose two-piece tiles the rules already run at 8 blocks of 4 warps an SM (the hint the
-# loop-free registers would raise), went 0.89-1.05x (2114 74.1 -> 80.5, 2326 71.8 -> 81.0, 2412 69.3
-# -> 66.4) and lost at 12 waves (0.89-1.02x): the rule needs a hint under MAX_BLOCKS_PER_SM.
+# the other bands 7681 / 7889 / 8435 / 10563 / 13865 / 14121 (1-3 pieces on 8 warps) 1.04-1.31x
+# (10563 113.7 -> 86.5); 8- and 16-byte gathered rows with a last piece of at most 1024 (4392, 4700,
+# 4804) 1.06-1.10x. But 8- and 16-byte gathered rows with a last piece of 2048 (past
+# MANY_TILES_GATHER_MAX_PIECE) lost (8 mod 16 5464 / 5512 / 5528 / 5544 0.91-0.92x, 4 mod 8 5196 /
+# 5212 / 5228 0.86-0.87x; the same loads and no stack in their SASS: not explained): they keep the
+# persistent loop (``many_tiles``). Fewer tiles (s41d: the persistent grid x 1.5 / 3 / 6 / 12 rows)
+# were mixed below 12 (bf16 5376 0.97 / 0.87 / 0.98 / 1.02x, 4441 0.91 / 0.74 / 0.93 / 1.03x, 10563
+# 1.00 / 0.81 / 1.05 / 1.20x, 2881 0.87 / 0.85 / 0.93 / 0.99x, 5120 1.08 / 0.98 / 1.03 / 1.04x; 4642
+# 1.09-1.26x at every count): the persistent loop's prologue, which loads a block's next row, pays
+# until the tiles are many waves of the grid. Fresh lengths of every class the rule changes (s41e,
+# seed 4142, one a class): 4097-18431 1.03-1.40x at full size (e.g. 4110 76.9 -> 68.0, 4714 86.2 ->
+# 67.8, 8853 105.4 -> 84.6, 14601 122.9 -> 92.4, fp16 17299 137.8 -> 98.2), 1.02-1.25x at 12 waves.
+# But rows of 2049-3071, whose two-piece tiles the rules already run at 8 blocks of 4 warps an SM
+# (the hint the loop-free registers would raise), went 0.89-1.05x (2114 74.1 -> 80.5, 2326 71.8 ->
+# 81.0, 2412 69.3 -> 66.4; s41c's 2067 / 2881 1.03-1.04x) and lost at 12 waves (0.89-1.02x): the
+# rule needs a hint under MAX_BLOCKS_PER_SM. Views (B > 1: head views, strided rows) were not
+# measured: they keep the persistent grid.
 MANY_TILES_WAVES = 12
+MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte gathered rows measured faster
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
@@ -947,15 +951,17 @@ def one_tile(op: str, rows: int, pieces, n: int, elem_size: int, threads: int, l
             and n * elem_size <= ONE_TILE_THREAD_BYTES * threads)  # fmt: skip
 
 
-def many_tiles(op: str, rows: int, pieces, n: int, elem_size: int, loads: int, occupancy: int, tiles: int,
+def many_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads: int, occupancy: int, tiles: int,
                grid: int) -> bool:  # fmt: skip
     """Whether a persistent forward grid of ``grid`` blocks (``occupancy`` an SM) over ``tiles``
-    one-row tiles runs a block a tile without the loop instead: at least MANY_TILES_WAVES tiles a
-    block, where the hint leaves room for more blocks an SM (under MAX_BLOCKS_PER_SM), but for rows
-    of 8-byte loads or wider gathered in a last piece of 2048 or more (see MANY_TILES_WAVES)."""
-    wide_gather = loads == LOADS_GATHER and n * elem_size % 8 == 0 and pieces[-1] >= 2048
+    one-row tiles of 2-D rows (b == 1) runs a block a tile without the loop instead: at least
+    MANY_TILES_WAVES tiles a block, where the hint leaves room for more blocks an SM (under
+    MAX_BLOCKS_PER_SM), but for rows of 8-byte loads or wider gathered in a last piece wider than
+    MANY_TILES_GATHER_MAX_PIECE (see MANY_TILES_WAVES)."""
+    wide_gather = loads == LOADS_GATHER and n * elem_size % 8 == 0 and pieces[-1] > MANY_TILES_GATHER_MAX_PIECE
     room = occupancy < MAX_BLOCKS_PER_SM
-    return op == "forward" and rows == 1 and room and tiles >= MANY_TILES_WAVES * grid and not wide_gather
+    many = tiles >= MANY_TILES_WAVES * grid
+    return op == "forward" and rows == 1 and b == 1 and room and many and not wide_gather
 
 
 def unaligned(n: int, elem_size: int) -> bool:
@@ -1361,7 +1367,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace); fill: whether few rows may take fewer rows a forward tile
-    (FILL_TILES_PER_SM; False: the tile of any number of rows)."""
+    (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
+    (``one_tile``, ``many_tiles``); False: the tile of any number of rows, always the loop and
+    the persistent grid where the rules give one (the experimental fused add's and FP8's plans)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -1484,7 +1492,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
         blocks = min(tiles, num_sms * occupancy)
-        many = persistent and fill and many_tiles(op, rows, ps, n, elem_size, loads, occupancy, tiles, blocks)
+        many = persistent and fill and many_tiles(op, rows, b, ps, n, elem_size, loads, occupancy, tiles, blocks)
         persistent = persistent and not many
     grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
     widths = (*ps, 0, 0)[:3]
