@@ -77,8 +77,8 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
 - grid: one block per row tile, except a persistent grid of SMs x hint blocks (the weight
   loaded once per block) for the backward and for one-row forward tiles of 2-byte rows of 8 KB
   or more that take several pieces or one block per SM, unless those tiles (of 2-D rows) are at
-  least MANY_TILES_WAVES times that grid (``many_tiles``: then a block a tile without the loop, 1.03-1.40x
-  on fresh lengths of every class it takes, session 41). Probe, bf16, persistent vs a block per
+  least MANY_TILES_WAVES times that grid (``many_tiles``: then a block a tile without the loop,
+  1.03-1.40x on fresh lengths of every class it takes, session 41). Probe, bf16, persistent vs a block per
   tile: 5376 75.9 vs 84.4 us, 7168 74.5 vs 88.3, 14336 74.2 vs 91.6, 18432 51.0 vs 57.8; but
   8192 (one piece, 3 blocks per SM) 79.2 vs 70.1, 3072 (6 KB) 72.2 vs 66.7; fp32 one-row tiles
   ran 3-10% faster on a block per tile at every N tried. A persistent grid must fill the SMs:
@@ -87,8 +87,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile where the caller
   fills (fill=True), which runs without it (the loop's software-pipelined code was most of such
   a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
-  gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' grids (fill=True too): without the
-  loop those tiles compile to fewer registers, so more blocks an SM keep rows in flight.
+  gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' grids (fill=True
+  too): without the loop those tiles compile to fewer registers, so more blocks an SM keep rows in
+  flight.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
   ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
@@ -1487,14 +1488,14 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         if static and op == "forward" and rows > 1:  # plain multi-row tiles on static layouts (see above)
             gather = False
         loads = LOADS_GATHER if gather else LOADS_PLAIN
+    blocks = min(tiles, num_sms * occupancy)  # a persistent grid: the hint's blocks are resident
     many = False  # a block a tile without the loop where a persistent grid would take many tiles
     if persistent is None:
         one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
-        blocks = min(tiles, num_sms * occupancy)
         many = persistent and fill and many_tiles(op, rows, b, ps, n, elem_size, loads, occupancy, tiles, blocks)
         persistent = persistent and not many
-    grid = min(tiles, num_sms * occupancy) if persistent else tiles  # the hint's blocks are resident
+    grid = blocks if persistent else tiles
     widths = (*ps, 0, 0)[:3]
     if op != "backward":
         # a persistent forward grid of plain or TMA loads (kernels.rows_fwd's PREFETCH: not a rule yet)
