@@ -403,6 +403,15 @@ def _rows_jobs(add):
         assert not p.loop and p.grid == 100000, p
         for x, store in (("bfloat16", True), ("bfloat16", False), ("float16", True)):
             _rows_job(add, "many tiles", "forward", p, n, x, x, K.CAST_LLAMA_NATIVE, store)
+    # lone tiles (plan.lone_tiles): a block a tile without the loop for one-row tiles that leave one
+    # block an SM: 16-bit 16384 (with and without rstd in bf16, with it in fp16), fp32 16384 + a piece
+    for n, xs in ((16384, (("bfloat16", True), ("bfloat16", False), ("float16", True))),
+                  (17408, (("float32", True), ("float32", False))), (17920, (("float32", True),))):  # fmt: skip
+        p = plan("forward", 100000, 1, n, 2 if xs[0][0] != "float32" else 4, 132)
+        assert p.kind == "tile" and not p.loop and p.grid == 100000, p
+        for x, store in xs:
+            _rows_job(add, "lone tiles", "forward", p, n, x, x, K.CAST_LLAMA_NATIVE if x != "float32" else K.CAST_LLAMA,
+                      store)  # fmt: skip
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     # one block: dW stored directly in the weight's dtype (rows.launch.run_backward): one row of the
     # default's lengths, a padded last piece (fp32 3000), a static layout (bf16 1098), a head view

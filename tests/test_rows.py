@@ -22,6 +22,7 @@ from cutile_rms.rows.plan import (
     FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
     FP32_BWD_MIN_BYTES,
+    LONE_TILES_PER_SM,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
@@ -32,6 +33,7 @@ from cutile_rms.rows.plan import (
     flat_plan,
     lanes_fit,
     lanes_plan,
+    lone_tiles,
     long_fit,
     long_plan,
     long_static_chunk,
@@ -143,7 +145,8 @@ def test_plan_rules():
     assert plan("forward", 9, 1, 13288, 2, SMS, static=False) is None  # runtime layouts load it 2 bytes: the core
     assert plan("forward", 9, 1, 12288, 4, SMS).kind == "tile"  # fp32: the row tiles
     assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
-    assert plan("forward", 4096, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
+    assert plan("forward", 1024, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
+    # (from LONE_TILES_PER_SM tiles an SM the row tile without the loop: below)
     assert plan("forward", 4096, 1, 14336, 4, SMS) is None  # fp32: one block per SM, the core pads 1/7
     assert plan("forward", 4096, 1, 14336, 2, SMS, long=False).occupancy == 2  # 16-bit row tiles: two blocks per SM
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
@@ -204,6 +207,27 @@ def test_plan_rules():
     assert (f.grid, f.loop) == (4 * SMS, True)
     assert plan("forward", waves, 1, 5120, 2, SMS, persistent=True).grid == 4 * SMS  # (probes: asked)
     assert plan("forward", waves, 1, 5120, 4, SMS).loop  # fp32: a block a tile already, with the loop
+    # lone tiles (LONE_TILES_PER_SM): one-row tiles of plain loads that leave one block an SM run a
+    # block a tile without the loop from 8 tiles an SM; each condition on its own
+    lone = LONE_TILES_PER_SM * SMS
+    assert plan("forward", lone - 1, 1, 16384, 2, SMS) is None  # 16-bit 16384: the core's below (same bits)
+    f = plan("forward", lone, 1, 16384, 2, SMS)
+    assert (f.kind, f.tile_a, f.widths, f.warps, f.occupancy, f.grid, f.loop) == (
+        "tile", 1, (16384, 0, 0), 8, 1, lone, False), f  # fmt: skip
+    for n in (17408, 18432):  # fp32 16384 + a piece: a block a tile already, the loop dropped from the threshold
+        below, at = plan("forward", lone - 1, 1, n, 4, SMS), plan("forward", lone, 1, n, 4, SMS)
+        assert (below.grid, below.loop, at.grid, at.loop) == (lone - 1, True, lone, False), (n, below, at)
+        assert (below.tile_a, below.widths, below.warps) == (at.tile_a, at.widths, at.warps) == (1, at.widths, 8)
+    for n in (16384, 15328, 14336):  # fp32 rows the core pads: the core's at any M (its bits differ)
+        assert plan("forward", 4 * lone, 1, n, 4, SMS) is None
+    f = plan("forward", 4 * lone, 1, 15036, 4, SMS, any_length=True)  # gathered (4 mod 16): the loop
+    assert f.loads == K.LOADS_GATHER and f.loop, f
+    assert plan("forward", 4 * lone, 1, 16384, 2, SMS, fill=False) is None  # (the fused add's plans)
+    assert plan("forward", 4 * lone, 1, 17408, 4, SMS, fill=False).loop
+    assert plan("forward", 4 * lone, 2, 17408, 4, SMS).loop  # views (B > 1): not measured
+    assert not lone_tiles("backward", 1, 1, K.LOADS_PLAIN, 1, 4 * lone, SMS)  # the backward: its own rules
+    assert lone_tiles("forward", 1, 1, K.LOADS_PLAIN, 1, lone, SMS) and not lone_tiles(
+        "forward", 1, 1, K.LOADS_PLAIN, 2, lone, SMS)  # two blocks an SM by the line: not a lone tile  # fmt: skip
     for m in (1, 7, 512, 100000):  # batch invariance: the tile of a row does not depend on M
         f = plan("forward", m, 1, 5376, 2, SMS)
         assert (f.tile_a, f.widths, f.warps, f.occupancy) == (1, (4096, 2048, 0), 4, 4)
@@ -1557,11 +1581,13 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168, 10563,
-                               25263])  # fmt: skip
+                               16384, 17408, 25263])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan (one tile per row tile, a persistent grid or, from
-    MANY_TILES_WAVES times its tiles, a block a tile without the loop (4441, 5376, 10563), a padded piece,
+    MANY_TILES_WAVES times its tiles, a block a tile without the loop (4441, 5376, 10563), from
+    LONE_TILES_PER_SM tiles an SM the same (17408: fp32; 16384: 16-bit, the core's tile below, whose
+    bits are the row tile's), a padded piece,
     gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of fewer
     rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y)."""
@@ -1652,9 +1678,26 @@ def test_many_tiles_forward_runs_without_a_loop(n, dtype, extra, gen):
     _check_without_loop((MANY_TILES_WAVES * grid + extra, n), dtype, "cuda", gen)
 
 
+# lone_tiles' plans: 16-bit 16384 and fp32 16384 + 1024 (three pieces: 17920); the rows:
+# LONE_TILES_PER_SM times the device's SMs, plus an odd few
+LONE_TILE_CASES = [(16384, torch.bfloat16, 0), (16384, torch.float16, 33), (17408, torch.float32, 5),
+                   (17920, torch.float32, 0)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,dtype,extra", LONE_TILE_CASES, ids=str)
+def test_lone_tiles_forward_runs_without_a_loop(n, dtype, extra, gen):
+    """The forward of plan.lone_tiles (one-row tiles that leave one block an SM, a block a tile
+    without the loop) against float64, every output NaN-poisoned; y and rstd bit for bit those of
+    the same tiles with the loop."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _check_without_loop((LONE_TILES_PER_SM * sms + extra, n), dtype, "cuda", gen)
+
+
 def _check_without_loop(shape, dtype, dev, gen):
     """The rules' loop-free forward plan of shape against float64 and against the same plan with
-    the loop (test_one_tile_forward_runs_without_a_loop, test_many_tiles_forward_runs_without_a_loop)."""
+    the loop (test_one_tile_forward_runs_without_a_loop, test_many_tiles_forward_runs_without_a_loop,
+    test_lone_tiles_forward_runs_without_a_loop)."""
     casting = "gemma" if dtype == torch.float32 else "llama"
     x, dy, w = make_inputs(shape, dtype, dev, generator=gen)
     a, b = row_groups(x)
@@ -1705,10 +1748,11 @@ def test_one_tile_forward_has_no_loop(monkeypatch):
             assert written == ([True, True, False, False] if not loop else [True] * 4), (loop, written)
 
 
-@pytest.mark.parametrize("m,n", [(132, 2048), (20000, 4441)])
+@pytest.mark.parametrize("m,n", [(132, 2048), (20000, 4441), (4096, 16384)])
 def test_one_tile_forward_compiles_no_loop(sass, m, n):
     """The loop-free forward's SASS holds no loop (sass.innermost_loop); the same plan with the
-    loop holds one: one_tile's plan (bf16 132 x 2048) and many_tiles' (a gathered static row)."""
+    loop holds one: one_tile's plan (bf16 132 x 2048), many_tiles' (a gathered static row) and
+    lone_tiles' (bf16 16384)."""
     p = plan("forward", m, 1, n, 2, SMS)
     assert not p.loop
     bodies = []

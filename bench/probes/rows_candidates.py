@@ -49,7 +49,8 @@ def plan_of(c, persistent=None):
     holds (the kernels' L; the rules' plan.LANES_ELEMS, or on the rows of plan.vector_lanes the
     elements it returns, sessions 31 and 32); "flat": plan's flat (absent: False, the rows read as
     rows; null: where plan.flat_fit says; true: the flat rows kernels, with "chunk", and the backward's
-    "dot_chunk": its row dot's chunk)."""
+    "dot_chunk": its row dot's chunk); "loop": false: a row-tile forward on a grid of its tiles
+    ("persistent": false) without the grid-stride loop (RowsPlan.loop)."""
     from cutile_rms.rows.kernels import LOADS_PLAIN
     from cutile_rms.rows.plan import plan
 
@@ -62,6 +63,10 @@ def plan_of(c, persistent=None):
              flat=c.get("flat", False))  # fmt: skip
     if p is not None and p.kind == "flat" and p.op == "backward" and c.get("dot_chunk"):  # the flat row dot's chunk
         p = dataclasses.replace(p, widths=(p.widths[0], c["dot_chunk"], 0))
+    if p is not None and p.kind == "tile" and c.get("loop") is False:  # rows_fwd without its loop: a block a tile
+        if p.op != "forward" or p.grid != -(-c["m"] // p.tile_a):
+            raise ValueError(f"loop false needs a forward on a grid of its tiles, got grid {p.grid}")
+        p = dataclasses.replace(p, loop=False)
     if p is not None and p.kind == "lanes" and c.get("lane_elems"):
         if p.widths[0] % c["lane_elems"]:
             raise ValueError(f"lane_elems {c['lane_elems']} does not divide the lanes tile's width {p.widths[0]}")

@@ -258,6 +258,8 @@ def _loads_label(c):
         lanes += {True: "-flat", None: "-flatrule", False: "-noflat"}[c["flat"]]
         lanes += f"-c{c['chunk']}" if c.get("chunk") else ""
         lanes += f"-dot{c['dot_chunk']}" if c.get("dot_chunk") else ""
+    unroll += "-noloop" if c.get("loop") is False else ""
+    unroll += f"-o{c['occupancy']}" if c.get("occupancy") else ""
     return static + lanes + unroll + ("" if c.get("loads") is None else ("-plain", "-tma", "-gather")[c["loads"]])
 
 

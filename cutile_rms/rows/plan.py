@@ -27,7 +27,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   STATIC_PADDED_BLOCKS), and a row that leaves one block per SM runs on the core's TMA tile
   unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
-  but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32). Other rows get
+  but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32), or the row is
+  16-bit and its one-row tiles number LONE_TILES_PER_SM an SM (``lone_tiles``: a block a tile
+  without the loop, two blocks an SM, session 42). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
   forward of aligned 16-bit rows of 12 KB or more on static layouts, 24 KB on runtime ones, that
   are not a power of two, 7168 and 18432 among them: the bullet on long rows below.)
@@ -87,9 +89,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   loads of at most ONE_TILE_THREAD_BYTES a thread on a grid of one block a tile where the caller
   fills (fill=True), which runs without it (the loop's software-pipelined code was most of such
   a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
-  gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' grids (fill=True
-  too): without the loop those tiles compile to fewer registers, so more blocks an SM keep rows in
-  flight.
+  gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' and
+  ``lone_tiles``' grids (fill=True too): without the loop those tiles compile to fewer registers,
+  so more blocks an SM keep rows in flight.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
   ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
@@ -293,6 +295,25 @@ ONE_TILE_THREAD_BYTES = 64
 # measured: they keep the persistent grid.
 MANY_TILES_WAVES = 12
 MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte gathered rows measured faster
+# Lone tiles, forward (RowsPlan.loop False on a grid of the tiles): one-row tiles of plain loads that
+# the register line leaves one block an SM (``resident`` 1: 16-bit 16384, fp32 rows of 14336 and up)
+# run a block a tile without the loop from LONE_TILES_PER_SM tiles an SM (``lone_tiles``). Without the
+# loop such a tile compiles to 92-110 registers at 8 warps (CPU SASS, sm_90: bf16 1 x 16384 92, with
+# the loop 122; fp32 16384 93, 14336 as 8192 + 4096 + 2048 108, 17408 as 16384 + 1024 101 against
+# 178; no stack), so two blocks an SM keep rows in flight where one did, which then had none while it
+# reduced and stored. Session 42 (ab/s42a, s42c, s42d; H200, graph replay, us, the rules -> a block a
+# row without the loop): bf16 16384 at 1024 / 2048 / 4096 / 8192 rows 20.8 / 38.2 / 71.8 / 141.1 ->
+# 19.9 / 35.6 / 66.6 / 130.4 (Liger 20.2 / 36.5 / 67.8 / 132.1), fp16 4096 / 8192 71.5 / 140.9 -> 67.8 /
+# 130.8; fp32 17408 (16384 + 1024 a block a tile with the loop) 171.7 -> 133.8, 18432 134.9 -> 134.0.
+# Fewer rows lost against the core's plans (bf16 16384 at 132 / 256 / 512 rows 5.1 / 6.4 / 10.4 ->
+# 5.3 / 7.2 / 11.8), so below the threshold the rules stay as they were: 16-bit 16384 on the core,
+# whose tile gives the same bits (y and rstd of 8192 rows, bf16 and fp16, s42e: batch invariance
+# holds across the switch). fp32 rows the core pads (14336-16384, a multiple of 4) gained as much
+# (16384 at 2048 / 4096 / 8192 rows 73.4 / 142.1 / 277.0 -> 69.1 / 133.3 / 262.6; 14336, 15328,
+# 15744, 16336 1.07-1.12x) but stay on the core: its fp32 tile sums the squares in another order
+# (7-10% of y and rstd differ, s42e), so a switch at a row count would break batch invariance.
+# Gathered tiles lost (fp32 15036, 15480: 150 -> 164-167).
+LONE_TILES_PER_SM = 8
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
@@ -918,7 +939,7 @@ class RowsPlan:
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only). loop
-    (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``, on a
+    (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, on a
     grid of one block a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP)."""
 
     op: str
@@ -963,6 +984,14 @@ def many_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     room = occupancy < MAX_BLOCKS_PER_SM
     many = tiles >= MANY_TILES_WAVES * grid
     return op == "forward" and rows == 1 and b == 1 and room and many and not wide_gather
+
+
+def lone_tiles(op: str, rows: int, b: int, loads: int, resident: int, tiles: int, num_sms: int) -> bool:
+    """Whether one-row forward tiles of 2-D rows (b == 1) and plain loads that the register line
+    leaves one block an SM (``resident`` 1) run a block a tile without the loop: from
+    LONE_TILES_PER_SM tiles an SM (see LONE_TILES_PER_SM)."""
+    one = op == "forward" and rows == 1 and b == 1 and resident == 1 and loads == LOADS_PLAIN
+    return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
 def unaligned(n: int, elem_size: int) -> bool:
@@ -1369,7 +1398,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace); fill: whether few rows may take fewer rows a forward tile
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
-    (``one_tile``, ``many_tiles``); False: the tile of any number of rows, always the loop and
+    (``one_tile``, ``many_tiles``, ``lone_tiles``); False: the tile of any number of rows, always the loop and
     the persistent grid where the rules give one (the experimental fused add's and FP8's plans)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
@@ -1479,8 +1508,6 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
                 occupancy = resident  # not a power of two (ODD_HINT_MIN_REGS above)
         else:
             occupancy = _backward_hint(elem_size, width, rows, resident)
-    if op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length:
-        return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     tiles = -(-a // tile_a) * (b // tile_b)
     if loads is None:  # gathers for pieces checked element by element (above GATHERED_BWD_MIN_WIDTH)
         checked = unal or (width != n and n % VECTOR_ELEMS != 0)
@@ -1488,13 +1515,17 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         if static and op == "forward" and rows > 1:  # plain multi-row tiles on static layouts (see above)
             gather = False
         loads = LOADS_GATHER if gather else LOADS_PLAIN
+    lone = fill and lone_tiles(op, rows, b, loads, resident, tiles, num_sms)  # (LONE_TILES_PER_SM above)
+    core = op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length
+    if core and not (lone and elem_size == 2):  # (fp32 keeps the core: its bits differ, LONE_TILES_PER_SM)
+        return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     blocks = min(tiles, num_sms * occupancy)  # a persistent grid: the hint's blocks are resident
     many = False  # a block a tile without the loop where a persistent grid would take many tiles
     if persistent is None:
         one_row = rows == 1 and elem_size == 2 and (2 * row_bytes >= TILE_BYTES[op] or unal)
         persistent = op == "backward" or (one_row and (len(ps) > 1 or resident == 1 or unal))
         many = persistent and fill and many_tiles(op, rows, b, ps, n, elem_size, loads, occupancy, tiles, blocks)
-        persistent = persistent and not many
+        persistent = persistent and not (many or lone)
     grid = blocks if persistent else tiles
     widths = (*ps, 0, 0)[:3]
     if op != "backward":
@@ -1502,6 +1533,6 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         prefetch = bool(prefetch) and grid < tiles and loads != LOADS_GATHER
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
-    loop = not (fill and grid == tiles and (many or one_tile(op, rows, ps, n, elem_size, threads, loads)))
+    loop = not (fill and grid == tiles and (many or lone or one_tile(op, rows, ps, n, elem_size, threads, loads)))
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
                     static or (compiled and op == "forward"), prefetch=prefetch, loop=loop)  # fmt: skip
