@@ -1688,8 +1688,8 @@ LONE_TILE_CASES = [(16384, torch.bfloat16, 0), (16384, torch.float16, 33), (1740
 @pytest.mark.parametrize("n,dtype,extra", LONE_TILE_CASES, ids=str)
 def test_lone_tiles_forward_runs_without_a_loop(n, dtype, extra, gen):
     """The forward of plan.lone_tiles (one-row tiles that leave one block an SM, a block a tile
-    without the loop) against float64, every output NaN-poisoned; y and rstd bit for bit those of
-    the same tiles with the loop."""
+    without the loop) against float64, y and rstd NaN-poisoned (these rows' backward is the core's:
+    not run here); y and rstd bit for bit those of the same tiles with the loop."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     _check_without_loop((LONE_TILES_PER_SM * sms + extra, n), dtype, "cuda", gen)
 
@@ -1715,7 +1715,11 @@ def _check_without_loop(shape, dtype, dev, gen):
         plans = lambda d: [plan_of(op, a, b, shape[-1], x.element_size(), d.num_sms) for op in OPS]  # noqa: E731
         outs.append(_poisoned_run(x, dy, w, casting, 0.0, plans))
         tols = tolerances(dtype, dtype, casting)
-        check_all(outs[-1], {"y": y, "rstd": rstd, "dx": dx, "dw": dw}, tols, _few_rows(x, dy))
+        want = {"y": y, "rstd": rstd, "dx": dx, "dw": dw}
+        if RL.plan("backward", a, b, shape[-1], x.element_size(), SMS) is None:  # (rows the core's backward takes)
+            outs[-1] = {k: outs[-1][k] for k in ("y", "rstd")}
+            want = {k: want[k] for k in ("y", "rstd")}
+        check_all(outs[-1], want, tols, _few_rows(x, dy))
     assert torch.equal(outs[0]["y"], outs[1]["y"]) and torch.equal(outs[0]["rstd"], outs[1]["rstd"])
 
 
