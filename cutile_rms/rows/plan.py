@@ -26,10 +26,10 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   (runtime pieces or padded tiles: 77-130 us at bf16 96, 160, 192 against the core's 81; static:
   STATIC_PADDED_BLOCKS), and a row that leaves one block per SM runs on the core's TMA tile
   unless that power-of-two tile pads more than 1/7 of the row (one block per SM hides no
-  latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile; fp32 14336 144 vs 178;
-  but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32), or the row is
-  16-bit and its one-row tiles number LONE_TILES_PER_SM an SM (``lone_tiles``: a block a tile
-  without the loop, two blocks an SM, session 42). Other rows get
+  latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile with the loop; fp32 14336
+  144 vs 178; but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32), or the
+  row is 16-bit and its one-row tiles number at least LONE_TILES_PER_SM an SM (``lone_tiles``: a
+  block a tile without the loop, two blocks an SM, session 42). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
   forward of aligned 16-bit rows of 12 KB or more on static layouts, 24 KB on runtime ones, that
   are not a power of two, 7168 and 18432 among them: the bullet on long rows below.)
@@ -295,24 +295,30 @@ ONE_TILE_THREAD_BYTES = 64
 # measured: they keep the persistent grid.
 MANY_TILES_WAVES = 12
 MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte gathered rows measured faster
-# Lone tiles, forward (RowsPlan.loop False on a grid of the tiles): one-row tiles of plain loads that
-# the register line leaves one block an SM (``resident`` 1: 16-bit 16384, fp32 rows of 14336 and up)
-# run a block a tile without the loop from LONE_TILES_PER_SM tiles an SM (``lone_tiles``). Without the
+# Lone tiles, forward (RowsPlan.loop False on a grid of the tiles): one-row tiles of plain loads and
+# unpadded pieces (16-bit: one) that the register line leaves one block an SM (``resident`` 1: 16-bit
+# 16384, fp32 rows of 14336 and up) run a block a tile without the loop from LONE_TILES_PER_SM tiles an
+# SM (``lone_tiles``; padded pieces, such as runtime layouts give fp32 13313-18432, were not measured,
+# and lost without the loop in session 40: they keep it). Without the
 # loop such a tile compiles to 92-110 registers at 8 warps (CPU SASS, sm_90: bf16 1 x 16384 92, with
 # the loop 122; fp32 16384 93, 14336 as 8192 + 4096 + 2048 108, 17408 as 16384 + 1024 101 against
 # 178; no stack), so two blocks an SM keep rows in flight where one did, which then had none while it
 # reduced and stored. Session 42 (ab/s42a, s42c, s42d; H200, graph replay, us, the rules -> a block a
-# row without the loop): bf16 16384 at 1024 / 2048 / 4096 / 8192 rows 20.8 / 38.2 / 71.8 / 141.1 ->
-# 19.9 / 35.6 / 66.6 / 130.4 (Liger 20.2 / 36.5 / 67.8 / 132.1), fp16 4096 / 8192 71.5 / 140.9 -> 67.8 /
-# 130.8; fp32 17408 (16384 + 1024 a block a tile with the loop) 171.7 -> 133.8, 18432 134.9 -> 134.0.
+# row without the loop, the rules' hint 1 but where named): bf16 16384 at 1024 / 2048 / 4096 / 8192
+# rows 20.8 / 38.2 / 71.8 / 141.1 -> 19.9 / 35.6 / 66.6 (hint 2, the same 92 registers) / 130.4 (Liger
+# 20.2 / 36.5 / 67.8 / 132.1), fp16 4096 / 8192 71.5 / 140.9 -> 67.8 (hint 3) / 130.8; fp32 17408 (16384 +
+# 1024 a block a tile with the loop) 171.7 -> 133.8, 18432 134.9 -> 134.0. In the training set (5d0eaff,
+# hint 1): bf16 / fp16 4096 x 16384 72.6 / 72.1 -> 66.9 / 67.0 (Quack 67.8 / 67.3 in that run).
 # Fewer rows lost against the core's plans (bf16 16384 at 132 / 256 / 512 rows 5.1 / 6.4 / 10.4 ->
 # 5.3 / 7.2 / 11.8), so below the threshold the rules stay as they were: 16-bit 16384 on the core,
 # whose tile gives the same bits (y and rstd of 8192 rows, bf16 and fp16, s42e: batch invariance
-# holds across the switch). fp32 rows the core pads (14336-16384, a multiple of 4) gained as much
+# holds across the switch, but for the sign of a zero y where the weight holds -0.0: the core
+# multiplies by llama's w + 0.0, the row tiles natively, kernels.common.CAST_LLAMA_NATIVE). fp32 rows
+# that leave one block an SM and that the core takes (14336-16384, a multiple of 4) gained as much
 # (16384 at 2048 / 4096 / 8192 rows 73.4 / 142.1 / 277.0 -> 69.1 / 133.3 / 262.6; 14336, 15328,
 # 15744, 16336 1.07-1.12x) but stay on the core: its fp32 tile sums the squares in another order
-# (7-10% of y and rstd differ, s42e), so a switch at a row count would break batch invariance.
-# Gathered tiles lost (fp32 15036, 15480: 150 -> 164-167).
+# (6-10% of y and rstd differ, s42e), so a switch at a row count would break batch invariance.
+# Gathered tiles lost (fp32 15036, 15480: 150.2 / 148.2 -> 166.8 / 163.3).
 LONE_TILES_PER_SM = 8
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
@@ -939,8 +945,9 @@ class RowsPlan:
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only). loop
-    (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, on a
-    grid of one block a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP)."""
+    (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``,
+    ``lone_tiles``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t without a
+    loop (LOOP)."""
 
     op: str
     tile_a: int
@@ -986,11 +993,13 @@ def many_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return op == "forward" and rows == 1 and b == 1 and room and many and not wide_gather
 
 
-def lone_tiles(op: str, rows: int, b: int, loads: int, resident: int, tiles: int, num_sms: int) -> bool:
-    """Whether one-row forward tiles of 2-D rows (b == 1) and plain loads that the register line
-    leaves one block an SM (``resident`` 1) run a block a tile without the loop: from
-    LONE_TILES_PER_SM tiles an SM (see LONE_TILES_PER_SM)."""
-    one = op == "forward" and rows == 1 and b == 1 and resident == 1 and loads == LOADS_PLAIN
+def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads: int, resident: int, tiles: int,
+               num_sms: int) -> bool:  # fmt: skip
+    """Whether one-row forward tiles of 2-D rows (b == 1), plain loads and unpadded pieces (one for
+    16-bit rows) that the register line leaves one block an SM (``resident`` 1) run a block a tile
+    without the loop: from LONE_TILES_PER_SM tiles an SM (see LONE_TILES_PER_SM)."""
+    exact = sum(pieces) == n and (elem_size == 4 or len(pieces) == 1)  # the classes measured
+    one = op == "forward" and rows == 1 and b == 1 and resident == 1 and loads == LOADS_PLAIN and exact
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
@@ -1398,8 +1407,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace); fill: whether few rows may take fewer rows a forward tile
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
-    (``one_tile``, ``many_tiles``, ``lone_tiles``); False: the tile of any number of rows, always the loop and
-    the persistent grid where the rules give one (the experimental fused add's and FP8's plans)."""
+    (``one_tile``, ``many_tiles``, ``lone_tiles``); False: the tile of any number of rows, always the
+    loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
+    plans)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -1515,7 +1525,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         if static and op == "forward" and rows > 1:  # plain multi-row tiles on static layouts (see above)
             gather = False
         loads = LOADS_GATHER if gather else LOADS_PLAIN
-    lone = fill and lone_tiles(op, rows, b, loads, resident, tiles, num_sms)  # (LONE_TILES_PER_SM above)
+    lone = fill and persistent is not True and lone_tiles(op, rows, b, ps, n, elem_size, loads, resident, tiles,
+                                                          num_sms)  # (LONE_TILES_PER_SM above)  # fmt: skip
     core = op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length
     if core and not (lone and elem_size == 2):  # (fp32 keeps the core: its bits differ, LONE_TILES_PER_SM)
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
