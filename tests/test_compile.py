@@ -1,5 +1,6 @@
 """CPU tier: every kernel specialization the dispatcher can pick compiles through tileiras
-ahead of time, for Hopper (sm_90) and Blackwell (sm_100). No GPU needed (see tests/aot.py)."""
+ahead of time for Hopper (sm_90), and every kernel variant with a sample of the specializations
+for Blackwell (sm_100). No GPU needed (see tests/aot.py)."""
 
 import cuda.tile as ct
 import pytest
@@ -27,3 +28,20 @@ def test_aot_compile_every_specialization(arch, monkeypatch):
     n, failures = compile_all(arch)
     assert n > 100
     assert not failures, "\n".join(failures)
+
+
+def test_other_architectures_compile_every_kernel_variant():
+    """Another architecture's sample holds every kernel variant (a kernel at its hints) with each
+    set of parameter kinds of its full job list, and a quarter or so of the jobs."""
+    from tests.aot import FULL_ARCH, _signature_key, every_job
+
+    assert jobs(FULL_ARCH) == every_job(FULL_ARCH)
+    full, sample = every_job("sm_100"), jobs("sm_100")
+    assert {id(k) for _, k, _ in full} == {id(k) for _, k, _ in sample}
+
+    def kinds(js):
+        return {(id(k), _signature_key(k, p)) for _, k, p in js}
+
+    assert kinds(full) == kinds(sample)
+    assert all(job in full for job in sample)
+    assert len(full) // 5 < len(sample) < len(full) // 2
