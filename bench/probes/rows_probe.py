@@ -289,14 +289,19 @@ def time_forward(torch, rec, sets, cands):
                                       for s in sets], 50))  # fmt: skip
     for c in cands:  # "persistent": null in a candidate: the rules' grid only (a core candidate: its config's)
         for persistent in (c.get("persistent"),) if "persistent" in c or "core" in c else (False, True):
-            calls = [forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)]
-            p = calls[0][0]
-            ys[0].fill_(float("nan"))
-            rs[0].fill_(float("nan"))
-            calls[0][1]()
-            err = max(rel(ys[0], yref), rel(rs[0], rref))
             who = {None: "rows-rules", False: "rows", True: "rows-persistent"}[persistent] + _loads_label(c)
             who = _core_label(c) if "core" in c else who
+            try:  # (a candidate that cannot plan, compile or launch is recorded, not the end of the probe)
+                calls = [forward_call(torch, c, s[0], s[1], y, r, persistent)
+                         for s, y, r in zip(sets, ys, rs, strict=True)]  # fmt: skip
+                p = calls[0][0]
+                ys[0].fill_(float("nan"))
+                rs[0].fill_(float("nan"))
+                calls[0][1]()
+            except Exception as e:  # noqa: BLE001 (any failure of one candidate)
+                rec(who, None, f"failed {type(e).__name__}: {e}"[:200], c)
+                continue
+            err = max(rel(ys[0], yref), rel(rs[0], rref))
             if not err < _tol(dtype):
                 rec(who, None, f"wrong {err:.2e}", c, p)
                 continue
@@ -338,14 +343,18 @@ def time_backward(torch, rec, sets, cands):
     dxs = [torch.empty_like(s[0]) for s in sets]
     dws = [torch.empty_like(s[1]) for s in sets]
     for c in cands:
-        calls = [backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
-                 for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)]  # fmt: skip
-        p = calls[0][0]
-        dxs[0].fill_(float("nan"))
-        dws[0].fill_(float("nan"))
-        calls[0][1]()
-        err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
         who = _core_label(c) if "core" in c else "rows" + _loads_label(c)
+        try:  # (as the forward's: a failing candidate is recorded)
+            calls = [backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
+                     for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)]  # fmt: skip
+            p = calls[0][0]
+            dxs[0].fill_(float("nan"))
+            dws[0].fill_(float("nan"))
+            calls[0][1]()
+        except Exception as e:  # noqa: BLE001 (any failure of one candidate)
+            rec(who, None, f"failed {type(e).__name__}: {e}"[:200], c)
+            continue
+        err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
         if not err < _tol(dtype):
             rec(who, None, f"wrong {err:.2e}", c, p)
             continue
