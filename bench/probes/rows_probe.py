@@ -291,21 +291,33 @@ def time_forward(torch, rec, sets, cands):
         for persistent in (c.get("persistent"),) if "persistent" in c or "core" in c else (False, True):
             who = {None: "rows-rules", False: "rows", True: "rows-persistent"}[persistent] + _loads_label(c)
             who = _core_label(c) if "core" in c else who
-            try:  # (a candidate that cannot plan, compile or launch is recorded, not the end of the probe)
-                calls = [forward_call(torch, c, s[0], s[1], y, r, persistent)
-                         for s, y, r in zip(sets, ys, rs, strict=True)]  # fmt: skip
-                p = calls[0][0]
-                ys[0].fill_(float("nan"))
-                rs[0].fill_(float("nan"))
-                calls[0][1]()
-            except Exception as e:  # noqa: BLE001 (any failure of one candidate)
-                rec(who, None, f"failed {type(e).__name__}: {e}"[:200], c)
-                continue
-            err = max(rel(ys[0], yref), rel(rs[0], rref))
-            if not err < _tol(dtype):
-                rec(who, None, f"wrong {err:.2e}", c, p)
-                continue
-            rec(who, Tm.graph_us([f for _, f in calls], 50), "", c, p)
+            calls = lambda c=c, persistent=persistent: [  # noqa: E731
+                forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)
+            ]
+            time_candidate(rec, who, c, calls, (ys[0], rs[0]), (yref, rref), dtype, 50)
+
+
+def time_candidate(rec, who, c, make_calls, outs, refs, dtype, est_us):
+    """One candidate: make_calls() gives its (plan, call) per input set; the first set's outputs
+    outs are poisoned, computed and checked against the float64 refs, then every call is timed
+    by graph replay. A candidate that cannot plan, compile or launch is recorded as failed, not
+    the end of the probe."""
+    from bench import timing as Tm
+
+    try:
+        calls = make_calls()
+        p = calls[0][0]
+        for out in outs:
+            out.fill_(float("nan"))
+        calls[0][1]()
+    except Exception as e:  # noqa: BLE001 (any failure of one candidate)
+        rec(who, None, f"failed {type(e).__name__}: {e}"[:200], c)
+        return
+    err = max(rel(out, ref) for out, ref in zip(outs, refs, strict=True))
+    if not err < _tol(dtype):
+        rec(who, None, f"wrong {err:.2e}", c, p)
+        return
+    rec(who, Tm.graph_us([f for _, f in calls], est_us), "", c, p)
 
 
 def time_backward(torch, rec, sets, cands):
@@ -344,21 +356,11 @@ def time_backward(torch, rec, sets, cands):
     dws = [torch.empty_like(s[1]) for s in sets]
     for c in cands:
         who = _core_label(c) if "core" in c else "rows" + _loads_label(c)
-        try:  # (as the forward's: a failing candidate is recorded)
-            calls = [backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
-                     for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)]  # fmt: skip
-            p = calls[0][0]
-            dxs[0].fill_(float("nan"))
-            dws[0].fill_(float("nan"))
-            calls[0][1]()
-        except Exception as e:  # noqa: BLE001 (any failure of one candidate)
-            rec(who, None, f"failed {type(e).__name__}: {e}"[:200], c)
-            continue
-        err = max(rel(dxs[0], dxr), rel(dws[0], dwr))
-        if not err < _tol(dtype):
-            rec(who, None, f"wrong {err:.2e}", c, p)
-            continue
-        rec(who, Tm.graph_us([f for _, f in calls], 100), "", c, p)
+        calls = lambda c=c: [  # noqa: E731
+            backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
+            for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)
+        ]
+        time_candidate(rec, who, c, calls, (dxs[0], dws[0]), (dxr, dwr), dtype, 100)
 
 
 def main():
