@@ -170,6 +170,7 @@ class Recorder:
         self.nbytes = (2 * m * n * es + 4 * m) if op == "forward" else (3 * m * n * es + 4 * m)
         self.copy_gbps = 2 * m * n * es / copy_us
         self.best = {}
+        self.failed = []  # candidates that failed or gave a wrong answer: (who, err)
 
     def __call__(self, who, us, err="", c=None, p=None):
         pct = round(100 * (self.nbytes / us) / self.copy_gbps, 1) if us else ""
@@ -188,6 +189,8 @@ class Recorder:
         self.f.flush()
         if us and (who not in self.best or us < self.best[who]["us"]):
             self.best[who] = row
+        if not us and err:
+            self.failed.append((who, err))
 
     def line(self) -> str:
         b = self.base
@@ -198,6 +201,8 @@ class Recorder:
                 out += f" | {who} {r['us']:7.1f} ({r['pct_copy']:5.1f}%)"
                 if who.startswith(("rows", "core-")):
                     out += f" [{r['tile']} {r['widths']} w{r['warps']} o{r['occupancy']} r{r['regs']}]"
+        for who, err in self.failed:
+            out += f" | {who} {err[:80]}"
         return out
 
 
@@ -291,9 +296,12 @@ def time_forward(torch, rec, sets, cands):
         for persistent in (c.get("persistent"),) if "persistent" in c or "core" in c else (False, True):
             who = {None: "rows-rules", False: "rows", True: "rows-persistent"}[persistent] + _loads_label(c)
             who = _core_label(c) if "core" in c else who
-            calls = lambda c=c, persistent=persistent: [  # noqa: E731
-                forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)
-            ]
+
+            def calls(c=c, persistent=persistent):
+                return [
+                    forward_call(torch, c, s[0], s[1], y, r, persistent) for s, y, r in zip(sets, ys, rs, strict=True)
+                ]
+
             time_candidate(rec, who, c, calls, (ys[0], rs[0]), (yref, rref), dtype, 50)
 
 
@@ -356,10 +364,11 @@ def time_backward(torch, rec, sets, cands):
     dws = [torch.empty_like(s[1]) for s in sets]
     for c in cands:
         who = _core_label(c) if "core" in c else "rows" + _loads_label(c)
-        calls = lambda c=c: [  # noqa: E731
-            backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
-            for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)
-        ]
+
+        def calls(c=c):
+            return [backward_call(torch, c, s[0], s[2], s[1], r, dx, dw)
+                    for s, r, dx, dw in zip(sets, rstds, dxs, dws, strict=True)]  # fmt: skip
+
         time_candidate(rec, who, c, calls, (dxs[0], dws[0]), (dxr, dwr), dtype, 100)
 
 
