@@ -1594,8 +1594,8 @@ def test_rows_batch_invariance(dtype, n):
     row tile, a persistent grid or, from MANY_TILES_WAVES times its tiles, a block a tile without
     the loop (4441, 5376, 10563), from LONE_TILES_PER_SM tiles an SM the same (17408: fp32; 16384:
     16-bit, the core's tile below, whose bits are the row tile's; fp32 16384: the core's tile at
-    every M), a padded piece, gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of fewer
-    rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
+    every M), a padded piece, gathered tiles whose whole tiles skip the row checks, long rows, few
+    rows on tiles of fewer rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y). torch.equal takes -0.0 for 0.0: the sign of a
     zero y where the weight holds -0.0 may differ across 16384's switch (README, Limitations)."""
     g = torch.Generator().manual_seed(n)
