@@ -66,6 +66,22 @@ def test_core_candidates_are_core_plans():
     assert ",split/9,8,2,," in out.getvalue()
 
 
+def test_a_failing_probe_candidate_is_recorded():
+    """rows_probe.time_candidate: a candidate that cannot plan, compile or launch is recorded as
+    failed (the CSV row and the summary line) and the probe goes on."""
+    from bench.probes.rows_probe import Recorder, time_candidate
+
+    def refused():
+        raise KeyError("hints (1, 16) outside occupancy 1..8 x warps (None, 4, 8)")
+
+    out = io.StringIO()
+    rec = Recorder(csv.DictWriter(out, Recorder.COLUMNS), out, "forward", "float32", 132, 16384, 5.8)
+    time_candidate(rec, "rows-noloop", {}, refused, (), (), "float32", 50)
+    rec("shipped", 6.8)
+    assert "| rows-noloop failed KeyError" in rec.line() and "shipped     6.8" in rec.line()
+    assert ",rows-noloop," in out.getvalue() and "failed KeyError" in out.getvalue()
+
+
 def test_ncu_summary_of_a_raw_report(tmp_path):
     """bench.probes.ncu's summary reads ncu's raw page (units row, per-value units), the case
     column profile() adds, and picks the top stall reasons."""
