@@ -732,8 +732,8 @@ def jobs(arch: str = "sm_90") -> list:
 def stratum(kernel, params) -> tuple:
     """What an architecture other than FULL_ARCH compiles once: a kernel variant (a kernel object:
     the kernel at its hints) with one set of parameter kinds (_signature_key), its arrays' element
-    dtypes and whether they are aligned (unaligned(): no divisibility)."""
-    arrays = tuple((str(p.dtype), not any(d > 1 for d in p.shape_divisible_by or ()))
+    dtypes and whether they are aligned (a divisible shape; unaligned(): no divisibility)."""
+    arrays = tuple((str(p.dtype), any(d > 1 for d in p.shape_divisible_by or ()))
                    for p in params if isinstance(p, ArrayConstraint))  # fmt: skip
     return id(kernel), _signature_key(kernel, params), arrays
 

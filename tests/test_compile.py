@@ -1,6 +1,6 @@
 """CPU tier: every kernel specialization the dispatcher can pick compiles through tileiras
-ahead of time for Hopper (sm_90), and every kernel variant with a sample of the specializations
-for Blackwell (sm_100). No GPU needed (see tests/aot.py)."""
+ahead of time for Hopper (sm_90), and one of each stratum of them (a kernel variant with its
+parameter kinds, array dtypes and alignment) for Blackwell (sm_100). No GPU needed (see tests/aot.py)."""
 
 import cuda.tile as ct
 import pytest
