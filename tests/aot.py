@@ -421,6 +421,13 @@ def _rows_jobs(add):
         for x, store in xs:
             _rows_job(add, "lone tiles", "forward", p, n, x, x, K.CAST_LLAMA_NATIVE if x != "float32" else K.CAST_LLAMA,
                       store)  # fmt: skip
+    # fp32 lone tiles on the core's tile (plan.lone_tma): TMA loads, one piece, a block a row without
+    # the loop at its hint; unpadded and padded, with and without rstd
+    for n in (16384, 15328):
+        p = plan("forward", 100000, 1, n, 4, 132)
+        assert p.loads == K.LOADS_TMA and not p.loop and p.grid == 100000, p
+        for store in (True, False):
+            _rows_job(add, "lone tma", "forward", p, n, "float32", "float32", K.CAST_LLAMA, store)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}
     # one block: dW stored directly in the weight's dtype (rows.launch.run_backward): one row of the
     # default's lengths, a padded last piece (fp32 3000), a static layout (bf16 1098), a head view

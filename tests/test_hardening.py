@@ -295,6 +295,11 @@ SANITIZED = textwrap.dedent(
         w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
         y = rms_norm(x, w)
         y.backward(torch.randn_like(y))
+    # fp32's lone TMA tile (plan.lone_tma: TMA loads of one padded piece, a block a row) at the
+    # default path's row count where it starts
+    from cutile_rms.rows.plan import LONE_TMA_TILES_PER_SM
+    x = torch.randn(LONE_TMA_TILES_PER_SM * sms, 15328, device="cuda")
+    rms_norm(x, torch.randn(15328, device="cuda"))
     torch.cuda.synchronize()
     print("sanitized run done")
     """

@@ -23,6 +23,8 @@ from cutile_rms.rows.plan import (
     FLAT_MIN_BYTES,
     FP32_BWD_MIN_BYTES,
     LONE_TILES_PER_SM,
+    LONE_TMA_HINT,
+    LONE_TMA_TILES_PER_SM,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
@@ -34,6 +36,7 @@ from cutile_rms.rows.plan import (
     lanes_fit,
     lanes_plan,
     lone_tiles,
+    lone_tma,
     long_fit,
     long_plan,
     long_static_chunk,
@@ -147,7 +150,9 @@ def test_plan_rules():
     assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
     assert plan("forward", 1024, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
     # (from LONE_TILES_PER_SM tiles an SM the row tile without the loop: below)
-    assert plan("forward", 4096, 1, 14336, 4, SMS) is None  # fp32: one block per SM, the core pads 1/7
+    assert (
+        plan("forward", 1024, 1, 14336, 4, SMS) is None
+    )  # fp32: one block per SM, the core pads 1/7 (LONE_TMA: below)
     assert plan("forward", 4096, 1, 14336, 2, SMS, long=False).occupancy == 2  # 16-bit row tiles: two blocks per SM
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
     assert plan("forward", 2049, 1, 3000, 2, SMS, static=False) is None  # 16-bit, not a multiple of 16: the core
@@ -219,8 +224,25 @@ def test_plan_rules():
         assert (below.grid, below.loop, at.grid, at.loop) == (lone - 1, True, lone, False), (n, below, at)
         assert (below.tile_a, below.widths, below.warps) == (at.tile_a, at.widths, at.warps)  # the same tile
         assert (at.tile_a, at.warps, sum(at.widths)) == (1, 8, n) and at.widths[1] > 0  # unpadded pieces
-    for n in (16384, 15328, 14336):  # fp32 rows of one block an SM that the core takes: its at any M (bits)
-        assert plan("forward", 4 * lone, 1, n, 4, SMS) is None
+    # fp32 rows of one block an SM that the core takes: the core below LONE_TMA_TILES_PER_SM tiles an
+    # SM, from there the core's tile as a row tile (TMA loads, one padded piece: the same bits), a
+    # block a row without the loop at LONE_TMA_HINT; not for views (B > 1), the fused add's plans
+    # (fill=False), an asked persistent grid, nor 16-bit rows (their plain lone tile above)
+    tma = LONE_TMA_TILES_PER_SM * SMS
+    for n in (16384, 16380, 15328, 14340, 14336):
+        assert plan("forward", tma - 1, 1, n, 4, SMS) is None, n
+        f = plan("forward", tma, 1, n, 4, SMS)
+        assert (f.kind, f.tile_a, f.tile_b, f.widths, f.warps, f.occupancy, f.grid, f.loop, f.loads) == (
+            "tile", 1, 1, (16384, 0, 0), 8, LONE_TMA_HINT, tma, False, K.LOADS_TMA), (n, f)  # fmt: skip
+        assert f.check_n == (n != 16384) and not f.check_a and not f.static
+        for kw in ({"fill": False}, {"persistent": True}):
+            assert plan("forward", 4 * tma, 1, n, 4, SMS, **kw) is None, (n, kw)
+        assert plan("forward", 4 * tma, 2, n, 4, SMS) is None  # views: the core
+        assert plan("backward", 4 * tma, 1, n, 4, SMS) is None or plan("backward", 4 * tma, 1, n, 4, SMS).loads != 1
+    assert lone_tma("forward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 1, 16384, 4, tma - 1, SMS)
+    assert not lone_tma("forward", 1, 32768, 4, tma, SMS)  # wider tiles spill at the hint (LONE_TMA_MAX_ELEMS)
+    assert not lone_tma("forward", 1, 16384, 2, tma, SMS)  # 16-bit: plain loads (lone_tiles)
+    assert not lone_tma("backward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 2, 16384, 4, tma, SMS)
     f = plan("forward", 4 * lone, 1, 16385, 4, SMS, static=False)  # runtime layouts: a padded last piece
     assert f.kind == "tile" and f.check_n and f.occupancy == 1 and f.loop, f  # (not measured: the loop)
     assert plan("forward", 4 * lone, 1, 16384, 2, SMS, persistent=True) is None  # (an asked persistent grid)
@@ -259,6 +281,8 @@ def test_plan_registers_within_the_compiled_need():
     for dtype, n in {(k[0], k[1]) for k in best}:
         p = plan("forward", 4096, 1, n, 2 if dtype == "bfloat16" else 4, SMS)
         if p is None or p.static:  # compiled on runtime layouts; static ones differ (bf16 3000: 8 blocks, no stack)
+            continue
+        if p.loads == K.LOADS_TMA:  # (fp32 lone_tma: TMA loads without the loop, 80 registers at its hint, s43f)
             continue
         top = best.get((dtype, n, p.tile_a, p.warps, tuple(w for w in p.widths if w)))
         if top is not None:  # the rules' tile was among the compiled ones
@@ -1047,6 +1071,65 @@ def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
     assert r.get("STACK", 0) <= (8 if p.kind == "tile" and p.tile_a == 16 else 0), (p, r)
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("n", [16384, 15328])
+def test_lone_tma_plans_hold_two_blocks(n, sass):
+    """fp32's lone tile on the core's tile (plan.lone_tma: TMA loads, no loop, hint LONE_TMA_HINT)
+    compiles without stack and within the registers of LONE_TMA_HINT blocks an SM (s43f: 80; at
+    hint 1 the same tile took 168, one block an SM, and lost: 144.3 against 133.9 us)."""
+    p = plan("forward", 99999, 1, n, 4, SMS)
+    assert p.loads == K.LOADS_TMA and not p.loop, p
+    kernel, params, hints = sass.rows_params(p, sass.ct.float32, 99999, 1, n)
+    r = sass.compile_report(kernel, params, **hints)
+    assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0, (p, r)
+    assert r["REG"] * 32 * p.warps * LONE_TMA_HINT <= 65536, (p, r)
+
+
+def _lone_tma_plans(op, a, b, n, es, sms):
+    """The forward's lone TMA tile (plan.lone_tma) on any number of rows, the long backward."""
+    if op == "backward":
+        return long_plan(op, a, b, n, es, sms)
+    return dataclasses.replace(plan(op, LONE_TMA_TILES_PER_SM * sms, b, n, es, sms), grid=a)
+
+
+@pytest.mark.parametrize("n", [16384, 14340])
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_lone_tma_rows(dev, n, has_weight, offset, gen):
+    """y and rstd of fp32's lone TMA tile (one padded piece where N is not a power of two) against
+    float64, every output NaN-poisoned first, with each weight variant."""
+    p = _lone_tma_plans("forward", 3, 1, n, 4, SMS)
+    assert (p.loads, p.loop, p.widths[0], p.check_n) == (K.LOADS_TMA, False, 16384, n != 16384), p
+    _check_planned(dev, (3, n), torch.float32, "gemma", has_weight, offset, gen, _lone_tma_plans)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [16384, 15328])
+@pytest.mark.parametrize("weight", ["fp32", "fp32+1", "bf16", "none", "fp32/stride"])
+def test_lone_tma_bits_are_the_cores(n, weight):
+    """fp32 rows of the core's one-block tile run that tile as a row tile of TMA loads from
+    LONE_TMA_TILES_PER_SM tiles an SM (plan.lone_tma); a row's y and rstd are the bits the core
+    gives it below that count (batch invariance across the switch), for each weight variant and
+    for rows of a padded stride (a slice of wider rows)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    at = LONE_TMA_TILES_PER_SM * sms
+    g = torch.Generator().manual_seed(n)
+    wide = n + 4 if weight.endswith("stride") else n
+    big = torch.randn(at + 5, wide, generator=g).to("cuda")[:, :n]
+    w = None if weight == "none" else (0.1 * torch.randn(n, generator=g) + (weight != "fp32+1")).to("cuda")
+    w = w.to(torch.bfloat16) if weight == "bf16" else w
+    offset = 1.0 if weight == "fp32+1" else 0.0
+    assert RL.plan("forward", at - 1, 1, n, 4, sms) is None  # the core's kernels below
+    assert RL.plan("forward", at, 1, n, 4, sms).loads == K.LOADS_TMA  # the row tile from at
+    yr, rr, _, _ = rms_norm_ref_grads(big, big, w, EPS, offset)
+    with torch.no_grad():
+        y, rstd = rms_norm_forward(big, w, EPS, offset=offset)
+        check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, None if w is None else
+                                                                               w.dtype, "gemma"))  # fmt: skip
+        for m in (1, 7, at - 1, at):
+            ym, rm = rms_norm_forward(big[:m], w, EPS, offset=offset)
+            assert torch.equal(ym, y[:m]) and torch.equal(rm, rstd[:m]), m
+
+
 REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("forward", "float16", 252),
                   ("forward", "bfloat16", 66), ("forward", "bfloat16", 138), ("forward", "float16", 250),
                   ("forward", "bfloat16", 414),
@@ -1462,11 +1545,13 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
     for n in (17408, 17920, 18432):  # pieces without padded lanes: the row tile (s30d)
         assert plan("forward", 99999, 1, n, 4, SMS).kind == "tile" and long_static_chunk(n, 4, SMS) == 0
-    # the class's bounds on 132 SMs: 2 blocks a row tile up to 13312, the core for 4 | N of 14336-16384
-    kinds = {n: getattr(plan("forward", 99999, 1, n, 4, SMS), "kind", None) for n in
-             (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
-    assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: None, 16384: None, 16388: "long",
-                     18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip
+    # the class's bounds on 132 SMs: 2 blocks a row tile up to 13312, the core's tile for 4 | N of
+    # 14336-16384 (at these rows as a row tile of TMA loads: plan.lone_tma; the core below)
+    for m, core in ((99999, "tile"), (999, None)):
+        kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS), "kind", None) for n in
+                 (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
+        assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: core, 16384: core, 16388: "long",
+                         18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip
     for n in (13313, 14001, 18431):  # the backward of unaligned rows: the core's kernels (session 37)
         assert plan("backward", 99999, 1, n, 4, SMS) is None, n
     assert plan("backward", 99999, 1, 16388, 4, SMS) is None  # 16-byte aligned: the core backward
@@ -1593,9 +1678,10 @@ def test_rows_batch_invariance(dtype, n):
     on lengths the row-tile rules plan and on those they leave to the core kernels (one tile per
     row tile, a persistent grid or, from MANY_TILES_WAVES times its tiles, a block a tile without
     the loop (4441, 5376, 10563), from LONE_TILES_PER_SM tiles an SM the same (17408: fp32; 16384:
-    16-bit, the core's tile below, whose bits are the row tile's; fp32 16384: the core's tile at
-    every M), a padded piece, gathered tiles whose whole tiles skip the row checks, long rows, few
-    rows on tiles of fewer rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
+    16-bit, the core's tile below, whose bits are the row tile's; fp32 16384: the core's tile,
+    from LONE_TMA_TILES_PER_SM an SM as a row tile, test_lone_tma_bits_are_the_cores), a padded
+    piece, gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of
+    fewer rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y). torch.equal takes -0.0 for 0.0: the sign of a
     zero y where the weight holds -0.0 may differ across 16384's switch (README, Limitations)."""
     g = torch.Generator().manual_seed(n)

@@ -29,7 +29,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   latency: bf16 16384 71.9 us on the core tile, 85-105 on any row tile with the loop; fp32 14336
   144 vs 178; but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32), or the
   row is 16-bit and its one-row tiles number at least LONE_TILES_PER_SM an SM (``lone_tiles``: a
-  block a tile without the loop, two blocks an SM, session 42). Other rows get
+  block a tile without the loop, two blocks an SM, session 42), or the row is fp32 and its rows
+  number at least LONE_TMA_TILES_PER_SM an SM (``lone_tma``: the core's own tile and TMA loads, so
+  the core's bits, a block a row without the loop at two blocks an SM, session 44). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
   forward of aligned 16-bit rows of 12 KB or more on static layouts, 24 KB on runtime ones, that
   are not a power of two, 7168 and 18432 among them: the bullet on long rows below.)
@@ -193,7 +195,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from cutile_rms.rows.kernels import EXACT_SUM_MAX_LANES, LOADS_GATHER, LOADS_PLAIN
+from cutile_rms.rows.kernels import EXACT_SUM_MAX_LANES, LOADS_GATHER, LOADS_PLAIN, LOADS_TMA
 
 __all__ = [
     "MAX_ROW_ELEMS",
@@ -316,10 +318,39 @@ MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte ga
 # multiplies by llama's w + 0.0, the row tiles natively, kernels.common.CAST_LLAMA_NATIVE). fp32 rows
 # that leave one block an SM and that the core takes (14336-16384, a multiple of 4) gained as much
 # (16384 at 2048 / 4096 / 8192 rows 73.4 / 142.1 / 277.0 -> 69.1 / 133.3 / 262.6; 14336, 15328,
-# 15744, 16336 1.07-1.12x) but stay on the core: its fp32 tile sums the squares in another order
-# (6-10% of y and rstd differ, s42e), so a switch at a row count would break batch invariance.
-# Gathered tiles lost (fp32 15036, 15480: 150.2 / 148.2 -> 166.8 / 163.3).
+# 15744, 16336 1.07-1.12x) but not with plain loads: the core's fp32 tile sums the squares in another
+# order (6-10% of y and rstd differ, s42e), so a switch at a row count would break batch invariance;
+# they take the core's own tile instead (``lone_tma``, below). Gathered tiles lost (fp32 15036, 15480:
+# 150.2 / 148.2 -> 166.8 / 163.3).
 LONE_TILES_PER_SM = 8
+# fp32 lone tiles on the core's tile (``lone_tma``, session 44): fp32 rows that the core takes as one
+# block an SM (its power-of-two TMA tile: 14336-16384, a multiple of 4) run that tile as a row tile,
+# one padded piece of TMA loads, a block a row without the loop at hint LONE_TMA_HINT. Its bits are
+# the core's: y and rstd of 4096 rows and of 1 / 7 / 130 / 1055 / 1057 alone equal the API's at
+# 14336, 14340, 15328, 16000, 16380, 16384 (ab/s44a-bits.log, s44c-bits.log; the sum's order follows
+# the load path, s43c, and the hint: at hint 3 5.7-7.3% of y differ). Why hint 2: at hint 1 a TMA
+# one-row tile compiles to 168 registers (one block an SM, s43f: 144.3 us at 4096 x 16384), at hint 2
+# to 80 registers, no stack and 66.7 KB of shared memory (CPU SASS, sm_90), so two blocks an SM keep a
+# row's TMA load in flight while the other reduces and stores; hint 3 lost everywhere (4096 x 16384
+# 177.8 us). Tiles of more elements spill at hint 2 (bf16 32768: 152 B of stack, 89.4 us against the
+# core's 76.5 at 2048 rows, s44c), hence LONE_TMA_MAX_ELEMS (64 a thread of 8 warps); 16-bit 16384
+# lost with TMA loads to its plain lone tile (70.8 against 67.1 us), so fp32 alone. H200, graph replay,
+# us, shipped (the core) -> this tile (ab/s44a-rows.csv, s44c-rows.csv): 16384 at 132 / 512 / 1024 /
+# 1536 / 2048 / 3072 / 4096 / 8192 rows 7.0 / 19.5 / 37.1 / 55.9 / 73.3 / 107.9 / 142.6 / 278.3 -> 8.3 /
+# 21.7 / 38.2 / 54.1 / 70.4 / 101.8 / 133.9 / 263.4 (Liger 6.2 / 20.4 / 36.7 / 52.8 / 68.9 / 101.4 /
+# 133.6 / 263.6); 15328 at 1024 / 1536 / 2048 / 3072 / 4096 35.2 / 53.8 / 70.5 / 103.0 / 134.7 -> 36.6 /
+# 51.7 / 66.6 / 96.3 / 126.8; 14336 at the same 33.4 / 50.5 / 65.8 / 96.7 / 126.5 -> 34.3 / 48.2 / 61.9 /
+# 89.9 / 118.0; 16000 at 1024 / 4096 36.7 / 138.7 -> 37.8 / 131.0. It loses at 7.8 tiles an SM (1024
+# rows: 3.9 waves of two blocks, the last wave's idle SMs, 0.96-0.97x) and gains from 11.6 (1536: 5.8
+# waves, 1.03-1.05x). Between, s44d (ab/s44d-rows.csv; the core -> this tile at 9 / 10 / 11 / 20 / 45
+# tiles an SM) at 16384 43.6 / 47.9 / 52.6 / 93.3 / 204.2 -> 43.0 / 47.9 / 51.9 / 89.1 / 193.1, and the
+# unmeasured lengths 14848 at 10 / 11 / 20 / 45 43.5 / 47.4 / 84.2 / 186.1 -> 44.5 / 47.9 / 81.3 / 175.1,
+# 15872 45.9 / 51.3 / 90.0 / 197.6 -> 46.9 / 51.0 / 86.5 / 187.6, 16128 47.6 / 51.7 / 91.7 / 203.1 ->
+# 47.5 / 51.6 / 87.9 / 190.7: even at 11 (0.99-1.01x), 0.98x at 10; the switch goes at 12 tiles an SM
+# (6 waves of two blocks), where every length measured gains.
+LONE_TMA_TILES_PER_SM = 12
+LONE_TMA_HINT = 2
+LONE_TMA_MAX_ELEMS = 16384
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
 WARP_LOCAL_HINT = 4
@@ -1003,6 +1034,15 @@ def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
+def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int) -> bool:
+    """Whether the forward of fp32 rows that the core's TMA tile takes as one block an SM runs
+    that tile as a row tile (TMA loads, one padded piece of at most LONE_TMA_MAX_ELEMS), a block a
+    row without the loop at LONE_TMA_HINT: 2-D rows (b == 1) from LONE_TMA_TILES_PER_SM tiles an
+    SM (see LONE_TMA_TILES_PER_SM). Its bits are the core's, so M may cross the threshold."""
+    fits = elem_size == 4 and _next_pow2(n) <= LONE_TMA_MAX_ELEMS
+    return op == "forward" and b == 1 and fits and tiles >= LONE_TMA_TILES_PER_SM * num_sms
+
+
 def unaligned(n: int, elem_size: int) -> bool:
     """Whether rows of n elements are not a multiple of ALIGN_BYTES long: the core kernels'
     TMA tiles cannot load them, the row tiles take them forward and backward (see above)."""
@@ -1528,7 +1568,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     lone = fill and persistent is not True and lone_tiles(op, rows, b, ps, n, elem_size, loads, resident, tiles,
                                                           num_sms)  # (LONE_TILES_PER_SM above)  # fmt: skip
     core = op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length
-    if core and not (lone and elem_size == 2):  # (fp32 keeps the core: its bits differ, LONE_TILES_PER_SM)
+    if core and fill and persistent is not True and not overridden and lone_tma(op, b, n, elem_size, a, num_sms):
+        w = _next_pow2(n)  # the core's tile, a block a row (LONE_TMA_TILES_PER_SM above)
+        return RowsPlan(op, 1, 1, (w, 0, 0), warps, LONE_TMA_HINT, a, False, w != n, LOADS_TMA, "tile", 0, False,
+                        loop=False)  # fmt: skip
+    if core and not (lone and elem_size == 2):  # (fp32's plain lone tiles: other bits, LONE_TILES_PER_SM)
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     blocks = min(tiles, num_sms * occupancy)  # a persistent grid: the hint's blocks are resident
     many = False  # a block a tile without the loop where a persistent grid would take many tiles

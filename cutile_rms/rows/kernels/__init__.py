@@ -12,7 +12,8 @@ B (plan.py), and the tiles are numbered t = ia * cdiv(B, TILE_B) + ib. One loop 
 grids: a grid of one block per row tile (each block runs the loop once) and a persistent grid
 (blocks stride over the tiles, the weight loaded once per block); rows_fwd also compiles without
 the loop (LOOP False: block t runs tile t) for the short one-row tiles of plan.one_tile, the
-many one-row tiles of plan.many_tiles and the one-block-an-SM tiles of plan.lone_tiles.
+many one-row tiles of plan.many_tiles and the one-block-an-SM tiles of plan.lone_tiles and
+plan.lone_tma (the latter with TMA loads: the core's tile and bits).
 
 A row of N elements is held as up to three pieces W0 >= W1 >= W2 (powers of two; W1, W2 = 0
 when absent), at column tiles 0, W0 / W1 and (W0 + W1) / W2: 5376 = 4096 + 1024 + 256 pads no

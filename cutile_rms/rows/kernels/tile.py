@@ -197,7 +197,7 @@ def rows_fwd(x: RowArray, r: RowArray, w: RowVector, y: RowArray, s_out: RowArra
     last tile again at the end, so always in bounds) before it reduces and stores this one.
     LOOP: the blocks stride over the tiles (any grid); without it the grid must be the tiles:
     block t runs tile t and no loop is compiled (plan.RowsPlan.loop, plan.one_tile, plan.many_tiles,
-    plan.lone_tiles)."""
+    plan.lone_tiles, plan.lone_tma)."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     j1, j2, c0, c1, c2 = _pieces(W0, W1, W2, CHECK_A, CHECK_N)
