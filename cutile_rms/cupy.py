@@ -108,7 +108,8 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         m = x2.shape[0]
         y = xp.empty((m, n), dtype=x.dtype)
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
-        rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous)
+        w_size = None if weight is None else weight.itemsize
+        rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous, w_size)
         if rows is not None:
             r2 = None if rstd is None else rstd.reshape(m, 1)
             code = forward_casting(casting, x, weight, y, offset)
@@ -124,12 +125,14 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
 
 
-def _rows_plan(mode, m, n, itemsize, info, contiguous):
+def _rows_plan(mode, m, n, itemsize, info, contiguous, w_itemsize=None):
     """The row-tile forward's plan for m rows of n (mode None or "rows", as in the torch API),
-    or None: the core plan runs; contiguous rows may take the flat rows kernel (plan.flat_fit)."""
+    or None: the core plan runs; contiguous rows may take the flat rows kernel (plan.flat_fit);
+    w_itemsize: the weight's (None: no weight), as plan's w_elem_size."""
     if m == 0 or mode not in (None, "rows"):
         return None
-    return RL.plan("forward", m, 1, n, itemsize, info.num_sms, flat=None if contiguous else False)
+    flat = None if contiguous else False
+    return RL.plan("forward", m, 1, n, itemsize, info.num_sms, flat=flat, w_elem_size=w_itemsize)
 
 
 def _int64(xp):

@@ -242,6 +242,9 @@ def test_plan_rules():
     assert lone_tma("forward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 1, 16384, 4, tma - 1, SMS)
     assert not lone_tma("forward", 1, 32768, 4, tma, SMS)  # wider tiles spill at the hint (LONE_TMA_MAX_ELEMS)
     assert not lone_tma("forward", 1, 16384, 2, tma, SMS)  # 16-bit: plain loads (lone_tiles)
+    assert lone_tma("forward", 1, 16384, 4, tma, SMS, 4) and not lone_tma("forward", 1, 16384, 4, tma, SMS, 2)
+    assert plan("forward", tma, 1, 16384, 4, SMS, w_elem_size=2) is None  # fp32 rows, 16-bit weight: the core
+    assert plan("forward", tma, 1, 16384, 2, SMS, w_elem_size=4).loop is False  # (16-bit lone tiles: any weight)
     assert not lone_tma("backward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 2, 16384, 4, tma, SMS)
     f = plan("forward", 4 * lone, 1, 16385, 4, SMS, static=False)  # runtime layouts: a padded last piece
     assert f.kind == "tile" and f.check_n and f.occupancy == 1 and f.loop, f  # (not measured: the loop)
@@ -1118,8 +1121,10 @@ def test_lone_tma_bits_are_the_cores(n, weight):
     w = None if weight == "none" else (0.1 * torch.randn(n, generator=g) + (weight != "fp32+1")).to("cuda")
     w = w.to(torch.bfloat16) if weight == "bf16" else w
     offset = 1.0 if weight == "fp32+1" else 0.0
-    assert RL.plan("forward", at - 1, 1, n, 4, sms) is None  # the core's kernels below
-    assert RL.plan("forward", at, 1, n, 4, sms).loads == K.LOADS_TMA  # the row tile from at
+    w_es = None if w is None else w.element_size()
+    assert RL.plan("forward", at - 1, 1, n, 4, sms, w_elem_size=w_es) is None  # the core's kernels below
+    p = RL.plan("forward", at, 1, n, 4, sms, w_elem_size=w_es)  # the row tile from at, but for a 16-bit
+    assert p is None if weight == "bf16" else p.loads == K.LOADS_TMA  # weight (its core: other bits, s44f)
     yr, rr, _, _ = rms_norm_ref_grads(big, big, w, EPS, offset)
     with torch.no_grad():
         y, rstd = rms_norm_forward(big, w, EPS, offset=offset)

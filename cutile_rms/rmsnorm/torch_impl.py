@@ -208,12 +208,12 @@ def _device_of(x: torch.Tensor):
     return INTERPRET_DEVICE if index < 0 else device_info(index)
 
 
-def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
+def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor | None = None):
     """(plan or None, A, B, N) of the row-tile kernels for x (A x B == 0: no rows, no plan
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
     a view the core kernels would copy take the row tiles anyway (plan.short_view_rows); where x
     and the others (the backward's dy and rstd) are contiguous the flat rows kernels may run
-    (plan.flat_fit)."""
+    (plan.flat_fit); the forward's weight's dtype takes part in plan.lone_tma."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
     n, es = x.shape[-1], x.element_size()
@@ -222,7 +222,8 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
     info = _device_of(x)
     # the flat rows kernels read rows contiguous end to end as one flat array (plan.flat_fit)
     flat = all(t.is_contiguous() for t in (x, *others))
-    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False)
+    w_es = None if weight is None else weight.element_size()
+    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False, w_elem_size=w_es)
     if p is None and b > 1 and short_view_rows(n, es):
         p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
     return p, a, b, n
@@ -231,7 +232,7 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor):
 def _rows_forward(x, weight, eps, offset, casting, store_rstd):
     """forward() on the row-tile kernels, or None when their rules (cutile_rms.rows.plan) leave
     x's rows to the core plan."""
-    p, a, b, n = _rows_plan("forward", x)
+    p, a, b, n = _rows_plan("forward", x, weight=weight)
     if p is None and a * b:
         return None
     y = torch.empty_like(x, memory_format=torch.contiguous_format)

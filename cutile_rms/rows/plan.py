@@ -347,7 +347,10 @@ LONE_TILES_PER_SM = 8
 # unmeasured lengths 14848 at 10 / 11 / 20 / 45 43.5 / 47.4 / 84.2 / 186.1 -> 44.5 / 47.9 / 81.3 / 175.1,
 # 15872 45.9 / 51.3 / 90.0 / 197.6 -> 46.9 / 51.0 / 86.5 / 187.6, 16128 47.6 / 51.7 / 91.7 / 203.1 ->
 # 47.5 / 51.6 / 87.9 / 190.7: even at 11 (0.99-1.01x), 0.98x at 10; the switch goes at 12 tiles an SM
-# (6 waves of two blocks), where every length measured gains.
+# (6 waves of two blocks), where every length measured gains. A 16-bit weight with fp32 rows breaks
+# the bits (the core's y and rstd differ in 9-19%, rstd too, so the core compiles x's sum otherwise
+# beside a 16-bit weight; s44f): those rows keep the core (w_elem_size). 16-bit rows' plain lone
+# tiles keep the core's bits with any weight dtype and none (s44f).
 LONE_TMA_TILES_PER_SM = 12
 LONE_TMA_HINT = 2
 LONE_TMA_MAX_ELEMS = 16384
@@ -1034,12 +1037,13 @@ def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
-def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int) -> bool:
+def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int, w_elem_size: int | None = None) -> bool:
     """Whether the forward of fp32 rows that the core's TMA tile takes as one block an SM runs
     that tile as a row tile (TMA loads, one padded piece of at most LONE_TMA_MAX_ELEMS), a block a
-    row without the loop at LONE_TMA_HINT: 2-D rows (b == 1) from LONE_TMA_TILES_PER_SM tiles an
-    SM (see LONE_TMA_TILES_PER_SM). Its bits are the core's, so M may cross the threshold."""
-    fits = elem_size == 4 and _next_pow2(n) <= LONE_TMA_MAX_ELEMS
+    row without the loop at LONE_TMA_HINT: 2-D rows (b == 1) with a weight of x's dtype or none
+    (w_elem_size None or elem_size) from LONE_TMA_TILES_PER_SM tiles an SM (see
+    LONE_TMA_TILES_PER_SM). Its bits are then the core's, so M may cross the threshold."""
+    fits = elem_size == 4 and w_elem_size in (None, elem_size) and _next_pow2(n) <= LONE_TMA_MAX_ELEMS
     return op == "forward" and b == 1 and fits and tiles >= LONE_TMA_TILES_PER_SM * num_sms
 
 
@@ -1426,7 +1430,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          loads: int | None = None, max_pieces: int | None = None, min_piece: int | None = None,
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
-         prefetch: bool | None = None, flat: bool | None = False, fill: bool = True) -> RowsPlan | None:  # fmt: skip
+         prefetch: bool | None = None, flat: bool | None = False, fill: bool = True,
+         w_elem_size: int | None = None) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -1449,7 +1454,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
     (``one_tile``, ``many_tiles``, ``lone_tiles``); False: the tile of any number of rows, always the
     loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
-    plans)."""
+    plans); w_elem_size: the forward's weight's element size, None for x's or no weight
+    (``lone_tma`` takes only those)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -1568,7 +1574,13 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     lone = fill and persistent is not True and lone_tiles(op, rows, b, ps, n, elem_size, loads, resident, tiles,
                                                           num_sms)  # (LONE_TILES_PER_SM above)  # fmt: skip
     core = op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length
-    if core and fill and persistent is not True and not overridden and lone_tma(op, b, n, elem_size, a, num_sms):
+    if (
+        core
+        and fill
+        and persistent is not True
+        and not overridden
+        and lone_tma(op, b, n, elem_size, a, num_sms, w_elem_size)
+    ):
         w = _next_pow2(n)  # the core's tile, a block a row (LONE_TMA_TILES_PER_SM above)
         return RowsPlan(op, 1, 1, (w, 0, 0), warps, LONE_TMA_HINT, a, False, w != n, LOADS_TMA, "tile", 0, False,
                         loop=False)  # fmt: skip
