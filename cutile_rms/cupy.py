@@ -21,7 +21,7 @@ from cutile_rms import interpret
 from cutile_rms._device import INTERPRET_DEVICE, device_info
 from cutile_rms.rmsnorm.launch import casting_code, check_arguments, forward_casting, run_backward, run_forward
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import backward_by_default, few_rows
+from cutile_rms.rows.plan import backward_by_default, few_rows, same_bits
 
 __all__ = ["rms_norm", "rms_norm_backward", "rms_norm_fp8"]
 
@@ -109,7 +109,8 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         y = xp.empty((m, n), dtype=x.dtype)
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
         w_size = None if weight is None else weight.itemsize
-        rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous, w_size)
+        bits = same_bits(x.itemsize, w_size, _address(x2), [x2.strides[0] // x.itemsize] if m > 1 else [])
+        rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous, bits)
         if rows is not None:
             r2 = None if rstd is None else rstd.reshape(m, 1)
             code = forward_casting(casting, x, weight, y, offset)
@@ -125,14 +126,14 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
     return (y, rstd.reshape(x.shape[:-1])) if return_rstd else y
 
 
-def _rows_plan(mode, m, n, itemsize, info, contiguous, w_itemsize=None):
+def _rows_plan(mode, m, n, itemsize, info, contiguous, core_bits=False):
     """The row-tile forward's plan for m rows of n (mode None or "rows", as in the torch API),
     or None: the core plan runs; contiguous rows may take the flat rows kernel (plan.flat_fit);
-    w_itemsize: the weight's (None: no weight), as plan's w_elem_size."""
+    core_bits: plan's (plan.same_bits of the call's rows and weight)."""
     if m == 0 or mode not in (None, "rows"):
         return None
     flat = None if contiguous else False
-    return RL.plan("forward", m, 1, n, itemsize, info.num_sms, flat=flat, w_elem_size=w_itemsize)
+    return RL.plan("forward", m, 1, n, itemsize, info.num_sms, flat=flat, core_bits=core_bits)
 
 
 def _int64(xp):

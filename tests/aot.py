@@ -424,8 +424,8 @@ def _rows_jobs(add):
     # fp32 lone tiles on the core's tile (plan.lone_tma): TMA loads, one piece, a block a row without
     # the loop at its hint; unpadded and padded, with and without rstd
     for n in (16384, 15328):
-        p = plan("forward", 100000, 1, n, 4, 132)
-        assert p.loads == K.LOADS_TMA and not p.loop and p.grid == 100000, p
+        p = plan("forward", 100000, 1, n, 4, 132, core_bits=True)
+        assert p.loads == RK.LOADS_TMA and not p.loop and p.grid == 100000, p
         for store in (True, False):
             _rows_job(add, "lone tma", "forward", p, n, "float32", "float32", K.CAST_LLAMA, store)
     rep = {op: plan(op, 4099, 1, 4096, 2, 132) for op in ("forward", "backward")}

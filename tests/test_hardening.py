@@ -267,7 +267,7 @@ SANITIZED = textwrap.dedent(
     """
     import torch
     from tests import test_rmsnorm as T
-    from cutile_rms import rms_norm
+    from cutile_rms import rms_norm, rms_norm_forward
     from cutile_rms.rmsnorm import config as C
     g = torch.Generator().manual_seed(0)
     sms = T.launch_target(torch.device("cuda"))[1].num_sms
@@ -298,8 +298,9 @@ SANITIZED = textwrap.dedent(
     # fp32's lone TMA tile (plan.lone_tma: TMA loads of one padded piece, a block a row) at the
     # default path's row count where it starts
     from cutile_rms.rows.plan import LONE_TMA_TILES_PER_SM
-    x = torch.randn(LONE_TMA_TILES_PER_SM * sms, 15328, device="cuda")
-    rms_norm(x, torch.randn(15328, device="cuda"))
+    x, w = torch.randn(LONE_TMA_TILES_PER_SM * sms, 15328, device="cuda"), torch.randn(15328, device="cuda")
+    rms_norm(x, w)
+    rms_norm_forward(x, w)  # (rstd stored: another compile)
     torch.cuda.synchronize()
     print("sanitized run done")
     """

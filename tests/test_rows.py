@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from cutile_rms import interpret, rms_norm, rms_norm_backward, rms_norm_forward
+from cutile_rms._device import INTERPRET_DEVICE
 from cutile_rms._tile import python_function
 from cutile_rms.rmsnorm import kernels as CK
 from cutile_rms.rmsnorm.launch import casting_code, forward_casting
-from cutile_rms.rmsnorm.torch_impl import launch_on_device, row_groups, rows3
+from cutile_rms.rmsnorm.torch_impl import _rows_plan, launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
 from cutile_rms.rows.plan import (
@@ -25,6 +26,7 @@ from cutile_rms.rows.plan import (
     LONE_TILES_PER_SM,
     LONE_TMA_HINT,
     LONE_TMA_TILES_PER_SM,
+    LONE_TMA_WARPS,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
@@ -43,6 +45,7 @@ from cutile_rms.rows.plan import (
     odd_static,
     pieces,
     plan,
+    same_bits,
     short_backward,
     static_fit,
     unaligned,
@@ -150,9 +153,8 @@ def test_plan_rules():
     assert plan("backward", 9, 1, 12288, 2, SMS) is None  # the backward: the core
     assert plan("forward", 1024, 1, 16384, 2, SMS) is None  # one block per SM and no padding: the core's tile
     # (from LONE_TILES_PER_SM tiles an SM the row tile without the loop: below)
-    assert (
-        plan("forward", 1024, 1, 14336, 4, SMS) is None
-    )  # fp32: one block per SM, the core pads 1/7 (LONE_TMA: below)
+    # fp32: one block per SM, the core pads 1/7 (from LONE_TMA_TILES_PER_SM tiles an SM plan.lone_tma: below)
+    assert plan("forward", 1024, 1, 14336, 4, SMS, core_bits=True) is None
     assert plan("forward", 4096, 1, 14336, 2, SMS, long=False).occupancy == 2  # 16-bit row tiles: two blocks per SM
     assert plan("forward", 2049, 1, 1000, 4, SMS).check_n and plan("forward", 2049, 1, 1000, 4, SMS).check_a
     assert plan("forward", 2049, 1, 3000, 2, SMS, static=False) is None  # 16-bit, not a multiple of 16: the core
@@ -230,22 +232,28 @@ def test_plan_rules():
     # (fill=False), an asked persistent grid, nor 16-bit rows (their plain lone tile above)
     tma = LONE_TMA_TILES_PER_SM * SMS
     for n in (16384, 16380, 15328, 14340, 14336):
-        assert plan("forward", tma - 1, 1, n, 4, SMS) is None, n
-        f = plan("forward", tma, 1, n, 4, SMS)
+        assert plan("forward", tma - 1, 1, n, 4, SMS, core_bits=True) is None, n
+        f = plan("forward", tma, 1, n, 4, SMS, core_bits=True)
         assert (f.kind, f.tile_a, f.tile_b, f.widths, f.warps, f.occupancy, f.grid, f.loop, f.loads) == (
-            "tile", 1, 1, (16384, 0, 0), 8, LONE_TMA_HINT, tma, False, K.LOADS_TMA), (n, f)  # fmt: skip
+            "tile", 1, 1, (16384, 0, 0), LONE_TMA_WARPS, LONE_TMA_HINT, tma, False, K.LOADS_TMA), (n, f)  # fmt: skip
         assert f.check_n == (n != 16384) and not f.check_a and not f.static
+        assert plan("forward", 4 * tma, 1, n, 4, SMS) is None, n  # a caller that cannot tell: the core
         for kw in ({"fill": False}, {"persistent": True}):
-            assert plan("forward", 4 * tma, 1, n, 4, SMS, **kw) is None, (n, kw)
-        assert plan("forward", 4 * tma, 2, n, 4, SMS) is None  # views: the core
-        assert plan("backward", 4 * tma, 1, n, 4, SMS) is None or plan("backward", 4 * tma, 1, n, 4, SMS).loads != 1
-    assert lone_tma("forward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 1, 16384, 4, tma - 1, SMS)
-    assert not lone_tma("forward", 1, 32768, 4, tma, SMS)  # wider tiles spill at the hint (LONE_TMA_MAX_ELEMS)
-    assert not lone_tma("forward", 1, 16384, 2, tma, SMS)  # 16-bit: plain loads (lone_tiles)
-    assert lone_tma("forward", 1, 16384, 4, tma, SMS, 4) and not lone_tma("forward", 1, 16384, 4, tma, SMS, 2)
-    assert plan("forward", tma, 1, 16384, 4, SMS, w_elem_size=2) is None  # fp32 rows, 16-bit weight: the core
-    assert plan("forward", tma, 1, 16384, 2, SMS, w_elem_size=4).loop is False  # (16-bit lone tiles: any weight)
-    assert not lone_tma("backward", 1, 16384, 4, tma, SMS) and not lone_tma("forward", 2, 16384, 4, tma, SMS)
+            assert plan("forward", 4 * tma, 1, n, 4, SMS, core_bits=True, **kw) is None, (n, kw)
+        assert plan("forward", 4 * tma, 2, n, 4, SMS, core_bits=True) is None  # views: the core
+    assert lone_tma("forward", 1, 16384, 4, tma, SMS, True) and not lone_tma("forward", 1, 16384, 4, tma - 1, SMS, True)
+    assert not lone_tma("forward", 1, 16384, 4, tma, SMS)  # (core_bits False)
+    assert not lone_tma("forward", 1, 32768, 4, tma, SMS, True)  # wider tiles spill at the hint (LONE_TMA_MAX_ELEMS)
+    assert not lone_tma("forward", 1, 16384, 2, tma, SMS, True)  # 16-bit: plain loads (lone_tiles)
+    assert not lone_tma("backward", 1, 16384, 4, tma, SMS, True) and not lone_tma(
+        "forward", 2, 16384, 4, tma, SMS, True
+    )
+    # the inputs whose bits the tile keeps (same_bits): aligned rows (start and strides of 16 bytes)
+    # and a weight of x's dtype or none; a 16-bit weight beside fp32 rows changes the core's bits (s44f)
+    assert same_bits(4, 4, 4096, [16384]) and same_bits(4, None, 4096, [16388, 3 * 16388])
+    assert not same_bits(4, 2, 4096, [16384]) and not same_bits(4, 4, 4100, [16384])
+    assert not same_bits(4, 4, 4096, [16385]) and same_bits(4, 4, 4096, [])  # (one row: no stride)
+    assert plan("forward", tma, 1, 16384, 2, SMS).loop is False  # (16-bit lone tiles: any weight, s44f)
     f = plan("forward", 4 * lone, 1, 16385, 4, SMS, static=False)  # runtime layouts: a padded last piece
     assert f.kind == "tile" and f.check_n and f.occupancy == 1 and f.loop, f  # (not measured: the loop)
     assert plan("forward", 4 * lone, 1, 16384, 2, SMS, persistent=True) is None  # (an asked persistent grid)
@@ -1080,7 +1088,7 @@ def test_lone_tma_plans_hold_two_blocks(n, sass):
     """fp32's lone tile on the core's tile (plan.lone_tma: TMA loads, no loop, hint LONE_TMA_HINT)
     compiles without stack and within the registers of LONE_TMA_HINT blocks an SM (s43f: 80; at
     hint 1 the same tile took 168, one block an SM, and lost: 144.3 against 133.9 us)."""
-    p = plan("forward", 99999, 1, n, 4, SMS)
+    p = plan("forward", 99999, 1, n, 4, SMS, core_bits=True)
     assert p.loads == K.LOADS_TMA and not p.loop, p
     kernel, params, hints = sass.rows_params(p, sass.ct.float32, 99999, 1, n)
     r = sass.compile_report(kernel, params, **hints)
@@ -1092,7 +1100,7 @@ def _lone_tma_plans(op, a, b, n, es, sms):
     """The forward's lone TMA tile (plan.lone_tma) on any number of rows, the long backward."""
     if op == "backward":
         return long_plan(op, a, b, n, es, sms)
-    return dataclasses.replace(plan(op, LONE_TMA_TILES_PER_SM * sms, b, n, es, sms), grid=a)
+    return dataclasses.replace(plan(op, LONE_TMA_TILES_PER_SM * sms, b, n, es, sms, core_bits=True), grid=a)
 
 
 @pytest.mark.parametrize("n", [16384, 14340])
@@ -1105,34 +1113,59 @@ def test_lone_tma_rows(dev, n, has_weight, offset, gen):
     _check_planned(dev, (3, n), torch.float32, "gemma", has_weight, offset, gen, _lone_tma_plans)
 
 
+def _lone_tma_inputs(device, n, weight, rows):
+    """rows x n fp32 rows (a slice of wider rows for "stride", 16-byte aligned, and "odd", not) and
+    the weight of the variant (fp32, fp32 stored as w - 1, bf16 or none) with its offset."""
+    g = torch.Generator().manual_seed(n)
+    wide = n + {"stride": 4, "odd": 1}.get(weight.split("/")[-1], 0)
+    x = torch.randn(rows, wide, generator=g).to(device)[:, :n]
+    w = None if weight == "none" else (0.1 * torch.randn(n, generator=g) + (weight != "fp32+1")).to(device)
+    return x, w.to(torch.bfloat16) if weight == "bf16" else w, 1.0 if weight == "fp32+1" else 0.0
+
+
+LONE_TMA_WEIGHTS = ["fp32", "fp32+1", "bf16", "none", "fp32/stride", "fp32/odd"]
+
+
+@pytest.mark.parametrize("weight", LONE_TMA_WEIGHTS)
+def test_lone_tma_takes_the_inputs_that_keep_the_bits(weight):
+    """The torch API plans fp32's lone TMA tile (plan.lone_tma) from LONE_TMA_TILES_PER_SM tiles an
+    SM only for inputs whose bits it keeps (plan.same_bits): 16-byte aligned rows and a weight of
+    x's dtype or none; a bf16 weight and rows of an odd stride keep the core at every M. (The
+    interpreter's device, no kernel run.)"""
+    sms = INTERPRET_DEVICE.num_sms
+    at = LONE_TMA_TILES_PER_SM * sms
+    x, w, _ = _lone_tma_inputs("cpu", 16384, weight, at)
+    assert _rows_plan("forward", x[: at - 1], weight=w)[0] is None  # the core below
+    p = _rows_plan("forward", x, weight=w)[0]
+    assert p is None if weight in ("bf16", "fp32/odd") else p.loads == K.LOADS_TMA, p
+    assert _rows_plan("backward", x, x)[0] is None or _rows_plan("backward", x, x)[0].loads != K.LOADS_TMA
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [16384, 15328])
-@pytest.mark.parametrize("weight", ["fp32", "fp32+1", "bf16", "none", "fp32/stride"])
+@pytest.mark.parametrize("weight", LONE_TMA_WEIGHTS)
 def test_lone_tma_bits_are_the_cores(n, weight):
     """fp32 rows of the core's one-block tile run that tile as a row tile of TMA loads from
-    LONE_TMA_TILES_PER_SM tiles an SM (plan.lone_tma); a row's y and rstd are the bits the core
-    gives it below that count (batch invariance across the switch), for each weight variant and
-    for rows of a padded stride (a slice of wider rows)."""
+    LONE_TMA_TILES_PER_SM tiles an SM (plan.lone_tma); a row's y and rstd (training) and y
+    (inference) are the bits the core gives it below that count (batch invariance across the
+    switch), for each weight variant and for rows of a padded stride (the inputs of
+    test_lone_tma_takes_the_inputs_that_keep_the_bits: a bf16 weight and an odd stride keep the
+    core at every M)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     at = LONE_TMA_TILES_PER_SM * sms
-    g = torch.Generator().manual_seed(n)
-    wide = n + 4 if weight.endswith("stride") else n
-    big = torch.randn(at + 5, wide, generator=g).to("cuda")[:, :n]
-    w = None if weight == "none" else (0.1 * torch.randn(n, generator=g) + (weight != "fp32+1")).to("cuda")
-    w = w.to(torch.bfloat16) if weight == "bf16" else w
-    offset = 1.0 if weight == "fp32+1" else 0.0
-    w_es = None if w is None else w.element_size()
-    assert RL.plan("forward", at - 1, 1, n, 4, sms, w_elem_size=w_es) is None  # the core's kernels below
-    p = RL.plan("forward", at, 1, n, 4, sms, w_elem_size=w_es)  # the row tile from at, but for a 16-bit
-    assert p is None if weight == "bf16" else p.loads == K.LOADS_TMA  # weight (its core: other bits, s44f)
+    big, w, offset = _lone_tma_inputs("cuda", n, weight, at + 5)
+    p = _rows_plan("forward", big, weight=w)[0]
+    assert p is None if weight in ("bf16", "fp32/odd") else p.loads == K.LOADS_TMA, p
     yr, rr, _, _ = rms_norm_ref_grads(big, big, w, EPS, offset)
     with torch.no_grad():
         y, rstd = rms_norm_forward(big, w, EPS, offset=offset)
         check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, None if w is None else
                                                                                w.dtype, "gemma"))  # fmt: skip
+        yi = rms_norm(big, w, EPS, offset=offset)  # inference: no rstd stored (another compile)
         for m in (1, 7, at - 1, at):
             ym, rm = rms_norm_forward(big[:m], w, EPS, offset=offset)
             assert torch.equal(ym, y[:m]) and torch.equal(rm, rstd[:m]), m
+            assert torch.equal(rms_norm(big[:m], w, EPS, offset=offset), yi[:m]), m
 
 
 REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("forward", "float16", 252),
@@ -1553,7 +1586,7 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     # the class's bounds on 132 SMs: 2 blocks a row tile up to 13312, the core's tile for 4 | N of
     # 14336-16384 (at these rows as a row tile of TMA loads: plan.lone_tma; the core below)
     for m, core in ((99999, "tile"), (999, None)):
-        kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS), "kind", None) for n in
+        kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS, core_bits=True), "kind", None) for n in
                  (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
         assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: core, 16384: core, 16388: "long",
                          18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip

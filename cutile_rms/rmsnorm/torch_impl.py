@@ -21,7 +21,7 @@ from cutile_rms.rmsnorm.launch import (
     run_forward,
 )
 from cutile_rms.rows import launch as RL
-from cutile_rms.rows.plan import backward_by_default, few_rows, short_view_rows
+from cutile_rms.rows.plan import backward_by_default, few_rows, same_bits, short_view_rows
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -213,7 +213,8 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     needed). A plan of None with rows: the rules leave them to the core kernels. Short rows of
     a view the core kernels would copy take the row tiles anyway (plan.short_view_rows); where x
     and the others (the backward's dy and rstd) are contiguous the flat rows kernels may run
-    (plan.flat_fit); the forward's weight's dtype takes part in plan.lone_tma."""
+    (plan.flat_fit); the forward's weight and x's alignment take part in plan.lone_tma
+    (plan.same_bits)."""
     groups = row_groups(x)
     a, b = groups if groups else (x.numel() // max(1, x.shape[-1]), 1)
     n, es = x.shape[-1], x.element_size()
@@ -223,7 +224,9 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     # the flat rows kernels read rows contiguous end to end as one flat array (plan.flat_fit)
     flat = all(t.is_contiguous() for t in (x, *others))
     w_es = None if weight is None else weight.element_size()
-    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False, w_elem_size=w_es)
+    strides = [s for s, d in zip(x.stride()[:-1], x.shape[:-1], strict=True) if d > 1]
+    bits = op == "forward" and same_bits(es, w_es, x.data_ptr(), strides)  # (plan.lone_tma)
+    p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False, core_bits=bits)
     if p is None and b > 1 and short_view_rows(n, es):
         p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
     return p, a, b, n

@@ -30,8 +30,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   144 vs 178; but 18432, which the core pads to 32768, 86 vs 121 bf16 and 135 vs 139 fp32), or the
   row is 16-bit and its one-row tiles number at least LONE_TILES_PER_SM an SM (``lone_tiles``: a
   block a tile without the loop, two blocks an SM, session 42), or the row is fp32 and its rows
-  number at least LONE_TMA_TILES_PER_SM an SM (``lone_tma``: the core's own tile and TMA loads, so
-  the core's bits, a block a row without the loop at two blocks an SM, session 44). Other rows get
+  number at least LONE_TMA_TILES_PER_SM an SM, 2-D rows whose caller says they give the core's
+  bits (``lone_tma``, ``same_bits``: aligned rows, a weight of x's dtype or none; the core's own
+  tile and TMA loads, a block a row without the loop at two blocks an SM, session 44). Other rows get
   no plan (None): the caller runs the core kernels. (Before these, ``long_fit`` takes the
   forward of aligned 16-bit rows of 12 KB or more on static layouts, 24 KB on runtime ones, that
   are not a power of two, 7168 and 18432 among them: the bullet on long rows below.)
@@ -92,7 +93,7 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   fills (fill=True), which runs without it (the loop's software-pipelined code was most of such
   a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
   gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' and
-  ``lone_tiles``' grids (fill=True too): without the loop those tiles compile to fewer registers,
+  ``lone_tiles``' and ``lone_tma``'s grids (fill=True too): without the loop those tiles compile to fewer registers,
   so more blocks an SM keep rows in flight.
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
@@ -212,6 +213,7 @@ __all__ = [
     "odd_static",
     "pieces",
     "plan",
+    "same_bits",
     "short_backward",
     "short_view_rows",
     "static_fit",
@@ -349,10 +351,12 @@ LONE_TILES_PER_SM = 8
 # 47.5 / 51.6 / 87.9 / 190.7: even at 11 (0.99-1.01x), 0.98x at 10; the switch goes at 12 tiles an SM
 # (6 waves of two blocks), where every length measured gains. A 16-bit weight with fp32 rows breaks
 # the bits (the core's y and rstd differ in 9-19%, rstd too, so the core compiles x's sum otherwise
-# beside a 16-bit weight; s44f): those rows keep the core (w_elem_size). 16-bit rows' plain lone
-# tiles keep the core's bits with any weight dtype and none (s44f).
+# beside a 16-bit weight; s44f): those rows keep the core (``same_bits``), as do rows whose start or
+# stride is not 16-byte aligned (not measured) and callers that cannot tell (core_bits False).
+# 16-bit rows' plain lone tiles keep the core's bits with any weight dtype and none (s44f).
 LONE_TMA_TILES_PER_SM = 12
 LONE_TMA_HINT = 2
+LONE_TMA_WARPS = 8  # the core's tile's (sm_90 table: tile(1, 16384, 1, warps=8)), whose bits it keeps
 LONE_TMA_MAX_ELEMS = 16384
 FEW_ROWS_MIN_ELEMS = 2048  # the default backward's few rows (few_rows): the shortest measured
 WARP_ROW_BYTES = 32 * 16
@@ -980,7 +984,7 @@ class RowsPlan:
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only). loop
     (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``,
-    ``lone_tiles``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t without a
+    ``lone_tiles``, ``lone_tma``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t without a
     loop (LOOP)."""
 
     op: str
@@ -1037,14 +1041,24 @@ def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
-def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int, w_elem_size: int | None = None) -> bool:
-    """Whether the forward of fp32 rows that the core's TMA tile takes as one block an SM runs
-    that tile as a row tile (TMA loads, one padded piece of at most LONE_TMA_MAX_ELEMS), a block a
-    row without the loop at LONE_TMA_HINT: 2-D rows (b == 1) with a weight of x's dtype or none
-    (w_elem_size None or elem_size) from LONE_TMA_TILES_PER_SM tiles an SM (see
-    LONE_TMA_TILES_PER_SM). Its bits are then the core's, so M may cross the threshold."""
-    fits = elem_size == 4 and w_elem_size in (None, elem_size) and _next_pow2(n) <= LONE_TMA_MAX_ELEMS
+def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int, core_bits: bool = False) -> bool:
+    """Whether the forward of fp32 rows that the core's TMA tile takes as one block an SM (the
+    caller, ``plan``, checks that the core takes them) runs that tile as a row tile (TMA loads, one
+    padded piece of at most LONE_TMA_MAX_ELEMS), a block a row without the loop at LONE_TMA_HINT:
+    2-D rows (b == 1) from LONE_TMA_TILES_PER_SM tiles an SM, where the caller's inputs give the
+    core's bits (core_bits: ``same_bits``), so M may cross the threshold."""
+    fits = elem_size == 4 and core_bits and _next_pow2(n) <= LONE_TMA_MAX_ELEMS
     return op == "forward" and b == 1 and fits and tiles >= LONE_TMA_TILES_PER_SM * num_sms
+
+
+def same_bits(elem_size: int, w_elem_size: int | None, address: int, row_strides) -> bool:
+    """Whether ``lone_tma``'s tile gives the core's bits for these inputs: rows whose start
+    (address, bytes) and strides (row_strides, elements, of the leading dims with more than one
+    row) are 16-byte aligned, so both kernels load them through TMA (other rows were not measured),
+    and a weight of x's dtype or none (w_elem_size: its element size, None: no weight; a 16-bit
+    weight beside fp32 rows changes the core's bits, s44f)."""
+    aligned = address % ALIGN_BYTES == 0 and all(s * elem_size % ALIGN_BYTES == 0 for s in row_strides)
+    return aligned and w_elem_size in (None, elem_size)
 
 
 def unaligned(n: int, elem_size: int) -> bool:
@@ -1431,7 +1445,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
          prefetch: bool | None = None, flat: bool | None = False, fill: bool = True,
-         w_elem_size: int | None = None) -> RowsPlan | None:  # fmt: skip
+         core_bits: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -1452,10 +1466,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace); fill: whether few rows may take fewer rows a forward tile
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
-    (``one_tile``, ``many_tiles``, ``lone_tiles``); False: the tile of any number of rows, always the
+    (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``); False: the tile of any number of rows, always the
     loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
-    plans); w_elem_size: the forward's weight's element size, None for x's or no weight
-    (``lone_tma`` takes only those)."""
+    plans); core_bits: whether the caller's inputs give ``lone_tma``'s tile the core's bits
+    (``same_bits``: aligned rows, a weight of x's dtype or none); False, the default for
+    callers that cannot tell, keeps those rows on the core at every M."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
@@ -1574,16 +1589,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     lone = fill and persistent is not True and lone_tiles(op, rows, b, ps, n, elem_size, loads, resident, tiles,
                                                           num_sms)  # (LONE_TILES_PER_SM above)  # fmt: skip
     core = op == "forward" and resident == 1 and 7 * _next_pow2(n) <= 8 * n and not any_length
-    if (
-        core
-        and fill
-        and persistent is not True
-        and not overridden
-        and lone_tma(op, b, n, elem_size, a, num_sms, w_elem_size)
-    ):
+    if core and fill and not overridden and lone_tma(op, b, n, elem_size, a, num_sms, core_bits):
         w = _next_pow2(n)  # the core's tile, a block a row (LONE_TMA_TILES_PER_SM above)
-        return RowsPlan(op, 1, 1, (w, 0, 0), warps, LONE_TMA_HINT, a, False, w != n, LOADS_TMA, "tile", 0, False,
-                        loop=False)  # fmt: skip
+        return RowsPlan(op, 1, 1, (w, 0, 0), LONE_TMA_WARPS, LONE_TMA_HINT, a, False, w != n, LOADS_TMA, "tile", 0,
+                        False, loop=False)  # fmt: skip
     if core and not (lone and elem_size == 2):  # (fp32's plain lone tiles: other bits, LONE_TILES_PER_SM)
         return None  # one block per SM, and the core's power-of-two TMA tile pads at most 1/7 of the row
     blocks = min(tiles, num_sms * occupancy)  # a persistent grid: the hint's blocks are resident
