@@ -223,9 +223,11 @@ def _rows_plan(op: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     info = _device_of(x)
     # the flat rows kernels read rows contiguous end to end as one flat array (plan.flat_fit)
     flat = all(t.is_contiguous() for t in (x, *others))
-    w_es = None if weight is None else weight.element_size()
-    strides = [s for s, d in zip(x.stride()[:-1], x.shape[:-1], strict=True) if d > 1]
-    bits = op == "forward" and same_bits(es, w_es, x.data_ptr(), strides)  # (plan.lone_tma)
+    bits = False  # (plan.lone_tma: fp32 forward rows only; not worked out for others, the eager path's cost)
+    if op == "forward" and es == 4:
+        w_es = None if weight is None else weight.element_size()
+        strides = [s for s, d in zip(x.stride()[:-1], x.shape[:-1], strict=True) if d > 1]
+        bits = same_bits(es, w_es, x.data_ptr(), strides)
     p = RL.plan(op, a, b, n, es, info.num_sms, flat=None if flat else False, core_bits=bits)
     if p is None and b > 1 and short_view_rows(n, es):
         p = RL.plan(op, a, b, n, es, info.num_sms, any_length=True, persistent=True)
