@@ -1175,7 +1175,10 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
                   ("forward", "bfloat16", 300), ("forward", "float16", 508), ("backward", "bfloat16", 76),
                   ("backward", "float16", 204), ("backward", "bfloat16", 300), ("backward", "bfloat16", 138),
                   ("backward", "float16", 250), ("forward", "float32", 13406), ("forward", "float32", 14001),
-                  ("forward", "float32", 18200)]  # fmt: skip
+                  ("forward", "float32", 18200), ("forward", "bfloat16", 70), ("forward", "float16", 186)]  # fmt: skip
+# The stack the forward's 2 mod 4 tiles of more than 2048 elements held where they were timed
+# (plan.VECTOR_2MOD4_FWD_LIVE_ELEMS: bf16 70 at 64 rows, 48 bytes; 138 / 154 at 32 rows, 8).
+STACK_MEASURED_BYTES = 48
 
 
 @pytest.mark.parametrize("op,dtype,n", REGISTER_CASES)
@@ -1183,19 +1186,22 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
 def test_static_plans_hold_their_registers(sass, op, dtype, n, casting):
     """The vector lanes tiles of 16-bit rows (plan.vector_lanes, sessions 31 and 32) and the static
     long forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
-    assume it), with the torch API's casting (native llama for 16-bit rows) and with llama's fp32
+    assume it; the forward's larger 2 mod 4 tiles within the stack they were timed with), with the torch API's casting (native llama for 16-bit rows) and with llama's fp32
     multiply (an fp32 weight or an offset)."""
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static, p
+    stack = 0
     if p.kind == "long":
         compiled = [(k, params, hints) for _, k, params, hints in sass.long_params(p, dt, 99999, n, casting)]
     else:
         assert p.kind == "lanes" and p.lanes * vector_lanes(n, 2, op) == p.widths[0], p
         compiled = [sass.lanes_params(p, dt, 99999, n, casting)]
+        if p.tile_a * p.widths[0] > 2048:  # the forward's tiles of more live elements (48: measured, s45a)
+            stack = STACK_MEASURED_BYTES
     for kernel, params, hints in compiled:
         r = sass.compile_report(kernel, params, **hints)
-        assert "REG" in r and r.get("STACK", 0) == 0, (p, r)
+        assert "REG" in r and r.get("STACK", 0) <= stack, (p, r)
 
 
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
@@ -1601,13 +1607,17 @@ def test_vector_lanes_rule():
     (bench/NOTES.md, s31a, s31c, s32a, s32d) and their classes: 16-bit rows of 4 mod 8 elements
     padded to 128-512 forward and backward, and the backward of 2 mod 4 rows padded to 128-256, on
     4 elements a lane (session 31); the forward of 2 mod 4 rows padded to 128-512 on 8 (session
-    32); at the lanes tiles' 2048 elements and blocks; on runtime layouts the
+    32); at the lanes tiles' 2048 elements and blocks (the forward of 2 mod 4 rows: more rows,
+    session 45); on runtime layouts the
     rules' lanes (or row tiles) as before; never fp32, 8 | N rows, odd rows, or the backward of 2 mod
     4 rows padded to 512."""
     both = {76, 100, 116, 140, 172, 188, 196, 204, 228, 244, 252, 292, 300, 340, 380, 452, 500, 508}
     two_mod_4 = {66, 70, 86, 98, 110, 122, 126, 138, 154, 186, 202, 226, 242, 250}
     forward_512 = {282, 338, 410, 414, 490}  # 2 mod 4 rows padded to 512: the forward only (s32f)
     never = {64, 200, 256, 296, 512, 135, 265, 511}
+    rows = {66: 64, 70: 64, 98: 32, 126: 32, 138: 32, 154: 32, 186: 16, 250: 16, 282: 16, 338: 8, 490: 8}
+    for n, r in rows.items():  # the forward's 2 mod 4 tiles (session 45): rows x n within 5120 live elements
+        assert plan("forward", 99999, 1, n, 2, SMS).tile_a == r, n
     for n in both | two_mod_4 | forward_512 | never:
         for op in OPS:
             expected = 4 if n in both or (op == "backward" and n in two_mod_4) else 0
@@ -1619,8 +1629,11 @@ def test_vector_lanes_rule():
             assert not vector_lanes(n, 4, op)
             p = plan(op, 99999, 1, n, 2, SMS)
             if vector_lanes(n, 2, op):
+                tile = 2048  # LANES_TILE_ELEMS; the forward of 2 mod 4 rows: the most rows within 5120 live elements
+                while op == "forward" and n % 4 == 2 and 2 * tile // w * n <= 5120:
+                    tile *= 2
                 assert (p.kind, p.static, p.lanes, p.tile_a * w, p.warps, p.occupancy) == (
-                    "lanes", True, w // vector_lanes(n, 2, op), 2048, 4, hint), (op, n, p)  # fmt: skip
+                    "lanes", True, w // vector_lanes(n, 2, op), tile, 4, hint), (op, n, p)  # fmt: skip
                 r = plan(op, 99999, 1, n, 2, SMS, static=False)
                 assert not r.static and (r.kind != "lanes" or r.lanes == w // 16), (op, n, r)
             elif p is not None and p.kind == "lanes":

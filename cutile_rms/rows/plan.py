@@ -936,7 +936,22 @@ VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
 # 200-232 bytes of stack).
 VECTOR_2MOD4_FWD_ELEMS = 8
 VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
+# Their tiles hold more rows than LANES_TILE_ELEMS gives, as many (a power of two) as keep a tile's
+# live elements (rows x N) within VECTOR_2MOD4_FWD_LIVE_ELEMS: 40 a thread on LANES_WARPS warps, the
+# most that 8 blocks' 64 registers held (CPU SASS, sm_90, session 45: 0-48 bytes of stack up to 4928
+# live elements, 70 at 64 rows 48, 138 / 154 at 32 rows 8; from 5408 up to 200 bytes, and slower).
+# Their 4-byte loads leave few bytes in flight where a padded row
+# holds few live elements: at 2048-element tiles the % of the copy grew with the live elements a
+# thread (70: 8.75, 66%; 138: 8.6, 70%; 186: 11.6, 79%; 250: 15.6, 89%). H200, graph replay, about
+# 64 Mi elements, us, 2048-element tiles -> the rule's rows (ab/s45a): bf16 70 99.8 -> 82.1 (64 rows),
+# 98 84.6 -> 81.9 (32), 122 76.2 -> 74.8 (32), 138 92.7 -> 82.6 (32), 154 87.3 -> 78.6 (32), 186 82.2
+# -> 80.7 (16), 190 81.4 -> 80.0 (16), 226 76.8 -> 76.4 (16), 250 73.5 -> 73.8 (16), 338 86.6 -> 83.9
+# (8), 414 80.2 -> 78.8 (8); fp16 70 99.2 -> 82.1, 138 92.2 -> 81.9, 186 81.9 -> 80.0, 190 81.3 ->
+# 79.6, 250 73.3 -> 74.1, 338 85.7 -> 83.4. Past the bound they lost (bf16 186 at 32 rows 90.5, 98 at
+# 64 105.0, 226 at 32 137.5). Not 4 mod 8 rows on 4-element lanes (8-byte loads, 83-93% of the copy
+# already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
 LANES_WARPS = 4
+VECTOR_2MOD4_FWD_LIVE_ELEMS = 40 * 32 * LANES_WARPS  # the comment above LANES_WARPS
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
@@ -1427,7 +1442,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH); static:
     the kernels compiled for the row layout (``odd_static``, ``vector_lanes``)."""
     w = _next_pow2(n)
-    rows = tile_rows or max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // w))
+    rows = tile_rows or lanes_tile_rows(op, n, lane_elems)
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
@@ -1436,6 +1451,17 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // lane_elems), static,
                     prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
+
+
+def lanes_tile_rows(op: str, n: int, lane_elems: int) -> int:
+    """The rows of op's lanes tile for rows of n elements, lane_elems a lane: LANES_TILE_ELEMS[op]
+    padded elements, and for the forward on VECTOR_2MOD4_FWD_ELEMS elements a lane the most rows
+    whose live elements stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (the comment there)."""
+    rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // _next_pow2(n)))
+    if op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS:
+        while 2 * rows * n <= VECTOR_2MOD4_FWD_LIVE_ELEMS and 2 * rows <= MAX_TILE_ROWS:
+            rows *= 2
+    return rows
 
 
 @functools.lru_cache(maxsize=1024)
