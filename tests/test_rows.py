@@ -1186,8 +1186,9 @@ STACK_MEASURED_BYTES = 48
 def test_static_plans_hold_their_registers(sass, op, dtype, n, casting):
     """The vector lanes tiles of 16-bit rows (plan.vector_lanes, sessions 31 and 32) and the static
     long forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
-    assume it; the forward's larger 2 mod 4 tiles within the stack they were timed with), with the torch API's casting (native llama for 16-bit rows) and with llama's fp32
-    multiply (an fp32 weight or an offset)."""
+    assume it; the forward's larger 2 mod 4 tiles within the stack they were timed with), with
+    the torch API's casting (native llama for 16-bit rows) and with llama's fp32 multiply (an fp32
+    weight or an offset)."""
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static, p
