@@ -1177,8 +1177,9 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
                   ("backward", "float16", 250), ("forward", "float32", 13406), ("forward", "float32", 14001),
                   ("forward", "float32", 18200), ("forward", "bfloat16", 70), ("forward", "float16", 186)]  # fmt: skip
 # The stack the forward's 2 mod 4 tiles of more than 2048 elements held where they were timed
-# (plan.VECTOR_2MOD4_FWD_LIVE_ELEMS: bf16 70 at 64 rows, 48 bytes; 138 / 154 at 32 rows, 8).
-STACK_MEASURED_BYTES = 48
+# (plan.VECTOR_2MOD4_FWD_LIVE_ELEMS: bf16 70 at 64 rows, 48 bytes with the native multiply, 56 with
+# llama's fp32 one, which s45b timed 8% faster than on 16 rows, 99.9 against 109.2 us).
+STACK_MEASURED_BYTES = 56
 
 
 @pytest.mark.parametrize("op,dtype,n", REGISTER_CASES)

@@ -940,16 +940,24 @@ VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
 # live elements (rows x N) within VECTOR_2MOD4_FWD_LIVE_ELEMS: 40 a thread on LANES_WARPS warps, the
 # most that 8 blocks' 64 registers held (CPU SASS, sm_90, session 45: 0-48 bytes of stack up to 4928
 # live elements, 70 at 64 rows 48, 138 / 154 at 32 rows 8; from 5408 up to 200 bytes, and slower).
-# Their 4-byte loads leave few bytes in flight where a padded row
-# holds few live elements: at 2048-element tiles the % of the copy grew with the live elements a
+# Their 4-byte loads leave few bytes in flight where a padded row holds few live elements: at
+# 2048-element tiles the % of the copy grew with the live elements a
 # thread (70: 8.75, 66%; 138: 8.6, 70%; 186: 11.6, 79%; 250: 15.6, 89%). H200, graph replay, about
 # 64 Mi elements, us, 2048-element tiles -> the rule's rows (ab/s45a): bf16 70 99.8 -> 82.1 (64 rows),
 # 98 84.6 -> 81.9 (32), 122 76.2 -> 74.8 (32), 138 92.7 -> 82.6 (32), 154 87.3 -> 78.6 (32), 186 82.2
 # -> 80.7 (16), 190 81.4 -> 80.0 (16), 226 76.8 -> 76.4 (16), 250 73.5 -> 73.8 (16), 338 86.6 -> 83.9
 # (8), 414 80.2 -> 78.8 (8); fp16 70 99.2 -> 82.1, 138 92.2 -> 81.9, 186 81.9 -> 80.0, 190 81.3 ->
 # 79.6, 250 73.3 -> 74.1, 338 85.7 -> 83.4. Past the bound they lost (bf16 186 at 32 rows 90.5, 98 at
-# 64 105.0, 226 at 32 137.5). Not 4 mod 8 rows on 4-element lanes (8-byte loads, 83-93% of the copy
-# already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
+# 64 105.0, 226 at 32 137.5). Fresh lengths (ab/s45b), same columns: bf16 66 103.6 -> 84.2 (64 rows), 82
+# 91.3 -> 87.8, 106 80.3 -> 78.4, 118 76.9 -> 75.4 (32), 130 95.2 -> 85.1, 146 88.8 -> 79.8 (32), 170
+# 84.0 -> 82.8, 202 79.1 -> 78.2, 234 74.7 -> 74.9 (16), 258 96.6 -> 88.1, 282 91.7 -> 85.2, 298 89.1
+# -> 83.0 (16 of 512), 362 82.9 -> 81.2, 446 76.8 -> 75.7, 506 73.0 -> 73.0 (8); fp16 82 90.3 -> 86.2,
+# 130 94.6 -> 84.3, 170 83.4 -> 82.0, 258 96.0 -> 87.1, 362 82.2 -> 80.7; twice the rule's rows lost at
+# every one (82 92.8, 106 99.8, 170 89.5, 362 81.8, 446 102.5). llama's fp32 multiply and gemma (56
+# bytes of stack at 64 rows) gain too: bf16 70 109.2 / 103.0 (16 rows) -> 99.9 / 98.1 (64), 66 115.0 /
+# 108.9 -> 102.1 / 100.3; 138 97.7 / 93.8 (8) -> 97.9 / 94.5 (32). Not 4 mod 8 rows on 4-element lanes
+# (8-byte loads, 83-93% of the copy already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172
+# 80.5, 204 75.6, fp16 204 75.2).
 LANES_WARPS = 4
 VECTOR_2MOD4_FWD_LIVE_ELEMS = 40 * 32 * LANES_WARPS  # the comment above LANES_WARPS
 LANES_PIECES_GAIN = 1.4
