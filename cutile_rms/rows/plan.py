@@ -161,6 +161,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   L2) take the flat forward again, its tail's squares now fused into their adds as the chunks'
   (batch invariant): 1.01-1.49x the core's split kernel in one probe (16411-33958; that probe ran
   the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us).
+- session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes takes the most rows a
+  tile whose live elements stay within 40 a thread (``lanes_tile_rows``,
+  VECTOR_2MOD4_FWD_LIVE_ELEMS: 1.02-1.23x where a padded row holds few live elements).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
