@@ -161,9 +161,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   L2) take the flat forward again, its tail's squares now fused into their adds as the chunks'
   (batch invariant): 1.01-1.49x the core's split kernel in one probe (16411-33958; that probe ran
   the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us).
-- session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes takes the most rows a
-  tile whose live elements stay within 40 a thread (``lanes_tile_rows``,
-  VECTOR_2MOD4_FWD_LIVE_ELEMS: 1.02-1.23x where a padded row holds few live elements).
+- session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes tiles holds as many rows
+  as keep a tile within 40 live elements a thread (``lanes_tile_rows``, VECTOR_2MOD4_FWD_LIVE_ELEMS):
+  up to 1.23x where a padded row holds few live elements, 0.99-1.00x where it holds many.
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -939,30 +939,35 @@ VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
 # 200-232 bytes of stack).
 VECTOR_2MOD4_FWD_ELEMS = 8
 VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
-# Their tiles hold more rows than LANES_TILE_ELEMS gives, as many (a power of two) as keep a tile's
-# live elements (rows x N) within VECTOR_2MOD4_FWD_LIVE_ELEMS: 40 a thread on LANES_WARPS warps, the
-# most that 8 blocks' 64 registers held (CPU SASS, sm_90, session 45: 0-48 bytes of stack up to 4928
-# live elements, 70 at 64 rows 48, 138 / 154 at 32 rows 8; from 5408 up to 200 bytes, and slower).
-# Their 4-byte loads leave few bytes in flight where a padded row holds few live elements: at
-# 2048-element tiles the % of the copy grew with the live elements a
-# thread (70: 8.75, 66%; 138: 8.6, 70%; 186: 11.6, 79%; 250: 15.6, 89%). H200, graph replay, about
-# 64 Mi elements, us, 2048-element tiles -> the rule's rows (ab/s45a): bf16 70 99.8 -> 82.1 (64 rows),
-# 98 84.6 -> 81.9 (32), 122 76.2 -> 74.8 (32), 138 92.7 -> 82.6 (32), 154 87.3 -> 78.6 (32), 186 82.2
-# -> 80.7 (16), 190 81.4 -> 80.0 (16), 226 76.8 -> 76.4 (16), 250 73.5 -> 73.8 (16), 338 86.6 -> 83.9
-# (8), 414 80.2 -> 78.8 (8); fp16 70 99.2 -> 82.1, 138 92.2 -> 81.9, 186 81.9 -> 80.0, 190 81.3 ->
-# 79.6, 250 73.3 -> 74.1, 338 85.7 -> 83.4. Past the bound they lost (bf16 186 at 32 rows 90.5, 98 at
-# 64 105.0, 226 at 32 137.5). Fresh lengths (ab/s45b), same columns: bf16 66 103.6 -> 84.2 (64 rows), 82
-# 91.3 -> 87.8, 106 80.3 -> 78.4, 118 76.9 -> 75.4 (32), 130 95.2 -> 85.1, 146 88.8 -> 79.8 (32), 170
-# 84.0 -> 82.8, 202 79.1 -> 78.2, 234 74.7 -> 74.9 (16), 258 96.6 -> 88.1, 282 91.7 -> 85.2, 298 89.1
-# -> 83.0 (16 of 512), 362 82.9 -> 81.2, 446 76.8 -> 75.7, 506 73.0 -> 73.0 (8); fp16 82 90.3 -> 86.2,
-# 130 94.6 -> 84.3, 170 83.4 -> 82.0, 258 96.0 -> 87.1, 362 82.2 -> 80.7; twice the rule's rows lost at
-# every one (82 92.8, 106 99.8, 170 89.5, 362 81.8, 446 102.5). llama's fp32 multiply and gemma (56
-# bytes of stack at 64 rows) gain too: bf16 70 109.2 / 103.0 (16 rows) -> 99.9 / 98.1 (64), 66 115.0 /
-# 108.9 -> 102.1 / 100.3; 138 97.7 / 93.8 (8) -> 97.9 / 94.5 (32). Not 4 mod 8 rows on 4-element lanes
-# (8-byte loads, 83-93% of the copy already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172
-# 80.5, 204 75.6, fp16 204 75.2).
 LANES_WARPS = 4
-VECTOR_2MOD4_FWD_LIVE_ELEMS = 40 * 32 * LANES_WARPS  # the comment above LANES_WARPS
+# Their tiles hold more rows than LANES_TILE_ELEMS gives, as many (a power of two) as keep a tile's
+# live elements (rows x N) within VECTOR_2MOD4_FWD_LIVE_ELEMS: VECTOR_2MOD4_FWD_LIVE_PER_THREAD a
+# thread on LANES_WARPS warps, the most that 8 blocks' 64 registers held (CPU SASS, sm_90, session
+# 45: 0-48 bytes of stack up to 4928 live elements, 70 at 64 rows 48 (56 under llama's fp32
+# multiply), 138 / 154 at 32 rows 8 (138: 48 under it); from 5408 up to 200 bytes, and slower).
+# Their 4-byte loads leave few bytes in flight where a padded row holds few live elements: at
+# 2048-element tiles the % of the copy grew with the live elements a thread (70: 8.75, 66%; 138:
+# 8.6, 70%; 186: 11.6, 79%; 250: 15.6, 89%). H200, graph replay, about 64 Mi elements, us,
+# 2048-element tiles -> the rule's rows (ab/s45a): bf16 70 99.8 -> 82.1 (64 rows), 98 84.6 -> 81.9
+# (32), 122 76.2 -> 74.8 (32), 138 92.7 -> 82.6 (32), 154 87.3 -> 78.6 (32), 186 82.2 -> 80.7 (16),
+# 190 81.4 -> 80.0 (16), 226 76.8 -> 76.4 (16), 250 73.5 -> 73.8 (16), 338 86.6 -> 83.9 (8), 414
+# 80.2 -> 78.8 (8); fp16 70 99.2 -> 82.1, 138 92.2 -> 81.9, 186 81.9 -> 80.0, 190 81.3 -> 79.6, 250
+# 73.3 -> 74.1, 338 85.7 -> 83.4. Past the bound they lost (bf16 186 at 32 rows 90.5, 98 at 64
+# 105.0, 226 at 32 137.5). Fresh lengths (ab/s45b), same columns: bf16 66 103.6 -> 84.2 (64 rows),
+# 82 91.3 -> 87.8, 106 80.3 -> 78.4, 118 76.9 -> 75.4 (32), 130 95.2 -> 85.1, 146 88.8 -> 79.8 (32),
+# 170 84.0 -> 82.8, 202 79.1 -> 78.2, 234 74.7 -> 74.9 (16), 258 96.6 -> 88.1, 282 91.7 -> 85.2, 298
+# 89.1 -> 83.0 (16 of 512), 362 82.9 -> 81.2, 446 76.8 -> 75.7, 506 73.0 -> 73.0 (8); fp16 82 90.3
+# -> 86.2, 130 94.6 -> 84.3, 170 83.4 -> 82.0, 258 96.0 -> 87.1, 362 82.2 -> 80.7; twice the rule's
+# rows lost at every one (82 92.8, 106 99.8, 170 89.5, 362 81.8, 446 102.5). Under llama's fp32
+# multiply and gemma (56 bytes of stack at 64 rows) the rule's rows gain at 66 / 70 and lose under
+# 1% at 138: bf16 70 109.2 / 103.0 (16 rows) -> 99.9 / 98.1 (64; gemma's best 96.1 at 32), 66 115.0
+# / 108.9 -> 102.1 / 100.3; 138 97.7 / 93.8 (8) -> 97.9 / 94.5 (32). Every figure is at about 64 Mi
+# elements: fewer rows leave fewer, larger tiles (4096 rows of 70: 64 tiles, not 256), not timed;
+# tiles of fewer rows for few rows would need their bits equal to these tiles' (batch invariance),
+# not yet checked on the GPU. Not 4 mod 8 rows on 4-element lanes (8-byte loads, 83-93% of the copy
+# already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
+VECTOR_2MOD4_FWD_LIVE_PER_THREAD = 40
+VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARPS
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
@@ -1453,7 +1458,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH); static:
     the kernels compiled for the row layout (``odd_static``, ``vector_lanes``)."""
     w = _next_pow2(n)
-    rows = tile_rows or lanes_tile_rows(op, n, lane_elems)
+    rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems)
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
@@ -1464,12 +1469,14 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
                     prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
 
 
-def lanes_tile_rows(op: str, n: int, lane_elems: int) -> int:
-    """The rows of op's lanes tile for rows of n elements, lane_elems a lane: LANES_TILE_ELEMS[op]
-    padded elements, and for the forward on VECTOR_2MOD4_FWD_ELEMS elements a lane the most rows
-    whose live elements stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (the comment there)."""
+def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int) -> int:
+    """The rows of op's lanes tile for rows of n elem_size-byte elements, lane_elems a lane:
+    LANES_TILE_ELEMS[op] padded elements, and for the forward of 16-bit 2 mod 4 rows on
+    VECTOR_2MOD4_FWD_ELEMS elements a lane (what it was measured on) the most rows whose live
+    elements stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (the comment there). A function of n alone,
+    never of the row count: a row's bits do not depend on the batch."""
     rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // _next_pow2(n)))
-    if op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS:
+    if op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS and elem_size == 2 and n % 4 == 2:
         while 2 * rows * n <= VECTOR_2MOD4_FWD_LIVE_ELEMS and 2 * rows <= MAX_TILE_ROWS:
             rows *= 2
     return rows
