@@ -109,7 +109,8 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
         y = xp.empty((m, n), dtype=x.dtype)
         rstd = xp.empty((m,), dtype=np.float32) if return_rstd else None
         w_size = None if weight is None else weight.itemsize
-        bits = x.itemsize == 4 and same_bits(x.itemsize, w_size, _address(x2), [x2.strides[0] // 4] if m > 1 else [])
+        strides = [x2.strides[0] // x.itemsize] if m > 1 else []
+        bits = x.itemsize == 4 and same_bits(x.itemsize, w_size, _address(x2), strides)
         rows = _rows_plan(mode, m, n, x.itemsize, target.info, x2.flags.c_contiguous, bits)
         if rows is not None:
             r2 = None if rstd is None else rstd.reshape(m, 1)

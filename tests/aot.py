@@ -14,10 +14,10 @@ session 11). Coverage, for each architecture:
   representative config per kernel, for each input dtype;
 - each kernel once with the constraints of unaligned rows (no divisibility: a row length that is
   not a multiple of 8).
-Architectures other than FULL_ARCH (FULL_ARCH is sm_90; the other is sm_100) compile one job of each
-stratum of that set: each
-kernel variant (a kernel at its hints) with each set of parameter kinds, array element dtypes and
-alignment, once; the other flag values and tile shapes only on FULL_ARCH. What the second
+Architectures other than FULL_ARCH (FULL_ARCH is sm_90; the other is sm_100) compile one job of
+each stratum of that set: each kernel variant (a kernel at its hints) with each set of parameter
+kinds, array element dtypes and alignment, once; the other flag values and tile shapes only on
+FULL_ARCH. What the second
 architecture checks is that tileiras lowers each kernel's code for it. On this project's 2-core
 machine (`CUDA_TILE_CACHE_DIR=off python -m tests.aot sm_100`, session 43) the 380 strata of
 sm_100's 792 jobs compile in 261 s; the whole check took 919 s with all of them (session 42).

@@ -67,8 +67,9 @@ def plan_of(c, persistent=None):
         if p.op != "forward" or p.grid != -(-c["m"] // p.tile_a):
             raise ValueError(f"loop false needs a forward on a grid of its tiles, got grid {p.grid}")
         p = dataclasses.replace(p, loop=False)
-    if p is not None and p.kind == "lanes" and c.get("lane_elems"):  # (the tile's rows stay the rules' for
-        # the rules' lanes: plan.lanes_tile_rows; name "tile_rows" where they should not)
+    # "lane_elems" changes the lanes only: the tile keeps the rules' rows (plan.lanes_tile_rows, which
+    # sizes them for the rules' lanes), so name "tile_rows" too where those should not hold
+    if p is not None and p.kind == "lanes" and c.get("lane_elems"):
         if p.widths[0] % c["lane_elems"]:
             raise ValueError(f"lane_elems {c['lane_elems']} does not divide the lanes tile's width {p.widths[0]}")
         p = dataclasses.replace(p, lanes=max(1, p.widths[0] // c["lane_elems"]))
