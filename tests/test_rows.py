@@ -1063,13 +1063,15 @@ def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
 @pytest.mark.compile
 @pytest.mark.parametrize("op,dtype,n", [("forward", "bfloat16", 65), ("forward", "float16", 135),
                                         ("forward", "bfloat16", 303), ("forward", "bfloat16", 383),
+                                        ("forward", "float16", 263),
                                         ("forward", "bfloat16", 1175), ("forward", "bfloat16", 3001),
                                         ("forward", "float32", 405), ("backward", "bfloat16", 135),
                                         ("backward", "bfloat16", 509)])  # fmt: skip
 def test_odd_static_plans_hold_their_registers(op, dtype, n, sass):
-    """The odd rows' static plans (plan.odd_static) compile with at most 8 bytes of stack (the 16 x
-    512 gathered tile of 257-383, which ran 1.08x at 303 all the same; past 384 it spilled 16-32
-    bytes and lost, and those rows stay runtime), the lanes kernels and the wider tiles with none."""
+    """The odd rows' static plans (plan.odd_static) compile with at most 8 bytes of stack (a 16-row
+    gathered tile; the 16-bit forward of 257-383 ran on 16 x 512 ones, 8 bytes, until session 46's
+    lanes tiles), the lanes kernels (16-bit 257-383 forward: 8 and 16 rows of 512) and the wider
+    tiles with none."""
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static and p.kind in ("tile", "lanes"), p
@@ -1251,6 +1253,23 @@ def test_vector_lanes_rows(dev, shape, dtype, casting, offset, gen):
         w = 1 << (n - 1).bit_length()
         assert vector_lanes(n, 2, op) == (4 if n % 8 == 4 or op == "backward" else 8), (op, n)
         assert (p.kind, p.static, p.lanes * vector_lanes(n, 2, op)) == ("lanes", True, w), (op, n, p)
+    _check_planned(dev, shape, dtype, casting, True, offset, gen, plan)
+
+
+WIDE_LANES_SHAPES = [(37, 267), (5, 3, 441), (9, 8, 301), (3, 5, 263)]
+
+
+@pytest.mark.parametrize("shape", WIDE_LANES_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("casting,offset", [("llama", 0.0), ("llama", 1.0), ("gemma", 0.0), ("none", 0.0)],
+                         ids=["native", "llama+1", "gemma", "none"])  # fmt: skip
+def test_wide_lanes_rows(dev, shape, dtype, casting, offset, gen):
+    """The rules' forward plans of session 46 on the lanes tiles: odd 16-bit rows padded to 512
+    (static layouts at 16 and 8 rows a tile, 267, 263 and 301; runtime ones at 4, 441); rows of
+    head groups, a tile overhanging A; y, rstd, dx and dw against float64 in each casting mode."""
+    n = shape[-1]
+    p = plan("forward", 37, 1, n, 2, SMS)
+    assert (p.kind, p.widths[0], p.lanes) == ("lanes", 512, 32), p
     _check_planned(dev, shape, dtype, casting, True, offset, gen, plan)
 
 
@@ -1528,7 +1547,8 @@ def test_odd_static():
     """Odd rows of 65 elements or more keep their runtime plan, compiled for their layout (session
     29): the 16-bit forward up to the row tiles' longest but 385-511 (whose static tile spills), the
     16-bit backward on the lanes kernels, the fp32 forward up to 512 elements; nothing else changes
-    in the plan, and a backward row tile stays on runtime layouts whatever the keywords."""
+    in the plan but the rows of the 16-bit forward's 512-wide lanes tiles (session 46), and a
+    backward row tile stays on runtime layouts whatever the keywords."""
     for n, es, op, on in ((135, 2, "forward", True), (303, 2, "forward", True), (16001, 2, "forward", True),
                           (63, 2, "forward", False), (65, 2, "forward", True), (383, 2, "forward", True),
                           (385, 2, "forward", False), (511, 2, "forward", False), (513, 2, "forward", True),
@@ -1539,9 +1559,10 @@ def test_odd_static():
         assert odd_static(n, es, op) == on, (n, es, op)
         if n % 2:
             p = plan(op, 4099, 1, n, es, SMS)
-            assert p.static == on and dataclasses.replace(p, static=False) == plan(
-                op, 4099, 1, n, es, SMS, static=False
-            )
+            runtime = plan(op, 4099, 1, n, es, SMS, static=False)
+            if p.kind == "lanes" and p.widths[0] == 512 and op == "forward":  # more rows static (test_odd_lanes_rule)
+                runtime = dataclasses.replace(runtime, tile_a=p.tile_a, grid=p.grid)
+            assert p.static == on and dataclasses.replace(p, static=False) == runtime, (n, es, op)
     assert not odd_static(18433, 2) and plan("forward", 99, 1, 18433, 2, SMS).kind == "long"
     for kw in (dict(lanes=False), dict(tile_rows=4), dict(warps=8)):  # backward row tiles: runtime
         assert not plan("backward", 4099, 1, 135, 2, SMS, **kw).static, kw
@@ -1612,13 +1633,12 @@ def test_vector_lanes_rule():
     padded to 128-512 forward and backward, and the backward of 2 mod 4 rows padded to 128-256, on
     4 elements a lane (session 31); the forward of 2 mod 4 rows padded to 128-512 on 8 (session
     32); at the lanes tiles' 2048 elements and blocks (the forward of 2 mod 4 rows: more rows,
-    session 45); on runtime layouts the
-    rules' lanes (or row tiles) as before; never fp32, 8 | N rows, odd rows, or the backward of 2 mod
-    4 rows padded to 512."""
+    session 45); on runtime layouts the rules' lanes (or row tiles) as before; never fp32, 8 | N
+    rows, odd rows, rows past 512, or the backward of 2 mod 4 rows padded to 512."""
     both = {76, 100, 116, 140, 172, 188, 196, 204, 228, 244, 252, 292, 300, 340, 380, 452, 500, 508}
     two_mod_4 = {66, 70, 86, 98, 110, 122, 126, 138, 154, 186, 202, 226, 242, 250}
     forward_512 = {282, 338, 410, 414, 490}  # 2 mod 4 rows padded to 512: the forward only (s32f)
-    never = {64, 200, 256, 296, 512, 135, 265, 511}
+    never = {64, 200, 256, 296, 512, 135, 265, 511, 513, 514, 610, 620, 1018}  # (514-1022: s46g)
     rows = {66: 64, 70: 64, 98: 32, 126: 32, 138: 32, 154: 32, 186: 16, 250: 16, 282: 16, 338: 8, 490: 8}
     for n, r in rows.items():  # the forward's 2 mod 4 tiles (session 45): rows x n within 5120 live elements
         assert plan("forward", 99999, 1, n, 2, SMS).tile_a == r, n
@@ -1627,7 +1647,7 @@ def test_vector_lanes_rule():
             expected = 4 if n in both or (op == "backward" and n in two_mod_4) else 0
             expected = 8 if op == "forward" and n in two_mod_4 | forward_512 else expected
             assert vector_lanes(n, 2, op) == expected, (op, n)
-    for n in range(60, 600):
+    for n in range(60, 1100):
         w = 1 << (n - 1).bit_length()
         for op, hint in (("forward", 8), ("backward", 4)):
             assert not vector_lanes(n, 4, op)
@@ -1643,6 +1663,34 @@ def test_vector_lanes_rule():
                 assert not r.static and (r.kind != "lanes" or (r.lanes, r.tile_a * w) == (w // 16, 2048)), (op, n, r)
             elif p is not None and p.kind == "lanes":
                 assert p.lanes == w // 16, (op, n, p)
+
+
+def test_odd_lanes_rule():
+    """The forward of odd 16-bit rows of 257-511 runs on the lanes tiles (512 wide, 16 elements a
+    lane), on static layouts (257-383) with the most rows (a power of two) within 36 live
+    elements a thread of 4 warps (plan.ODD_LANES_FWD_LIVE_ELEMS: s46a, s46b), on runtime layouts
+    (385-511, and wherever static ones are not allowed) with 2048 padded elements (4 rows); the
+    backward, fp32 and the rows padded to 128-256 or 1024 keep their plans."""
+    rows = {257: 16, 263: 16, 287: 16, 289: 8, 301: 8, 339: 8, 383: 8, 385: 4, 441: 4, 511: 4}
+    for n, r in rows.items():
+        p = plan("forward", 99999, 1, n, 2, SMS)
+        assert (p.kind, p.widths[0], p.lanes, p.tile_a, p.static) == ("lanes", 512, 32, r, n < 385), (n, p)
+    for n in range(257, 512, 2):
+        for a in (1, 7, 4099, 99999):  # a function of N alone (batch invariance)
+            p = plan("forward", a, 1, n, 2, SMS)
+            assert p.kind == "lanes" and p.tile_a == rows.get(n, p.tile_a), (n, a, p)
+            if p.static:
+                assert p.tile_a * n <= 36 * 128 < 2 * p.tile_a * n, (n, p)
+            else:
+                assert p.tile_a == 4, (n, p)
+        r = plan("forward", 99999, 1, n, 2, SMS, static=False)  # runtime layouts: 4 rows
+        assert (r.kind, r.tile_a, r.static) == ("lanes", 4, False), (n, r)
+        assert plan("forward", 99999, 1, n, 4, SMS).kind == "tile", n  # fp32: the row tiles
+        assert plan("backward", 99999, 1, n, 2, SMS).tile_a * 512 == 2048 or not lanes_fit(n, 2, "backward"), n
+    for n in (129, 191, 255):  # padded to 256: 2048 padded elements (more rows lost, s46a)
+        assert plan("forward", 99999, 1, n, 2, SMS).tile_a == 8, n
+    for n in (513, 701, 1023):  # padded to 1024: the gathered row tiles (s46e)
+        assert plan("forward", 99999, 1, n, 2, SMS).kind == "tile", n
 
 
 def test_static_layouts_are_bounded(monkeypatch):
@@ -1727,8 +1775,8 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("n", [74, 128, 133, 227, 510, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168, 10563,
-                               16384, 17408, 25263])  # fmt: skip
+@pytest.mark.parametrize("n", [74, 128, 133, 227, 267, 441, 510, 610, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168,
+                               10563, 16384, 17408, 25263])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan and on those they leave to the core kernels (one tile per
@@ -2068,7 +2116,7 @@ def test_short_unaligned_rows_take_the_lanes_kernels():
     h = plan("forward", 4096, 6, 191, 2, SMS)  # head views: TILE_B the largest power of two dividing B
     assert (h.kind, h.tile_a, h.tile_b) == ("lanes", 4, 2)
     # 513 (bf16 and fp32) and 622 (bf16) pad to 1024 elements, 64 lanes: more than one warp
-    for n, es, ops in ((63, 2, both), (257, 2, both), (282, 2, both), (510, 2, ("forward",)),
+    for n, es, ops in ((63, 2, both), (257, 2, ("backward",)), (282, 2, both), (510, 2, ("forward",)),
                        (128, 2, both), (192, 2, both), (63, 4, both), (257, 4, ("forward",)),
                        (128, 4, both), (513, 2, both), (622, 2, both), (513, 4, both)):  # fmt: skip
         for op in ops:  # (the forward of 2 mod 4 rows padded to 512: static vector lanes, test_vector_lanes_rule)

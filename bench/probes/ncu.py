@@ -23,6 +23,8 @@ thread), and the top warp stall reasons.
 
 Nsight Compute locks clocks and flushes caches per kernel by default: its times are not the
 benchmark's. Compare metrics between providers of the same run, not times with bench results.
+Under locked clocks (about 1.46 GHz on H200, against the benchmark's boost) a kernel near the issue
+limit looks memory-latency-bound; ``--clock-control none`` profiles at the clocks the benchmark runs.
 """
 
 import argparse
@@ -219,6 +221,7 @@ def profile(args) -> int:
     rep = os.path.join(tempfile.mkdtemp(), "ncu-report")
     child = [sys.executable, "-m", "bench.probes.ncu", "--target", *sys.argv[1:]]
     base = [ncu, "--profile-from-start", "off", "--target-processes", "all", "-f", "-o", rep]
+    base += ["--clock-control", args.clock_control]
     for s in SECTIONS:
         base += ["--section", s]
     r = subprocess.run([*base, "--metrics", ",".join(METRICS), *child])
@@ -267,6 +270,8 @@ def main(argv=None) -> int:
     ap.add_argument("--op", default="fwd_infer", choices=C.OPS)
     ap.add_argument("--dtype", default="bfloat16", choices=C.DTYPE_NAMES)
     ap.add_argument("--ncu", default=NCU)
+    ap.add_argument("--clock-control", default="base", choices=("base", "none"),
+                    help="ncu's clocks: base (locked, its default) or none (the boost clocks the benchmark runs at)")
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/latest"))
     ap.add_argument("--candidates", metavar="JSON", help="row-kernel plans to profile (rows_probe's candidate list)")
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)

@@ -164,6 +164,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
 - session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes tiles holds as many rows
   as keep a tile within 40 live elements a thread (``lanes_tile_rows``, VECTOR_2MOD4_FWD_LIVE_ELEMS):
   up to 1.23x where a padded row holds few live elements, 0.99-1.00x where it holds many.
+- session 46: the forward of odd 16-bit rows of 257-511 runs on the lanes tiles (512 lanes wide; on
+  static layouts within 36 live elements a thread, ODD_LANES_FWD_LIVE_ELEMS: 1.01-1.12x the row
+  tiles; under llama's fp32 multiply and gemma too).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -171,8 +174,8 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
-  (``lanes_plan``): forward rows padded to at most 256 elements (512 with ``vector_lanes``),
-  backward to 2 KB. Even unaligned
+  (``lanes_plan``): forward rows padded to at most 256 elements (odd 16-bit ones and those of
+  ``vector_lanes`` 512), backward to 2 KB. Even unaligned
   16-bit rows past 8192 elements run the long forward (from 12 KB on static layouts where they are
   not a multiple of 8 elements: ``long_static_chunk``, a block a row); their backward is the one-pass long
   backward where two blocks an SM fit half of L2, the core kernels past that up to 16384
@@ -968,6 +971,35 @@ LANES_WARPS = 4
 # already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
 VECTOR_2MOD4_FWD_LIVE_PER_THREAD = 40
 VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARPS
+# Not taken (session 46): the forward of 16-bit 2 mod 4 rows padded to 1024 (8 x 1024 plain-load row
+# tiles, 74% of the copy) with a row on one warp, 32 lanes of 32 elements, 8 rows a tile. ncu (s46n,
+# at the benchmark's clocks, bf16 110015 x 610): the row tile reduces each row across its 4 warps,
+# 2.1 cycles an issue stalled on the barrier, 7.3 on loads, DRAM 62%; torch.compile's warp a row
+# 73%. H200, graph replay, about 64 Mi elements, us, the row tile -> that lanes tile (s46e, s46f):
+# with the native multiply bf16 530 81.2 -> 75.9, 598 86.7 -> 78.6, 610 86.5 -> 79.0, fp16 610 85.9
+# -> 78.8, where 8 rows stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (674, 42 a thread, 82.8 -> 83.4; 778
+# 81.8 -> 93.4; 1018 73.0 -> 108.3); but under llama's fp32 multiply and gemma (216-248 bytes of stack
+# in the CPU SASS, 64-88 natively) 1.7-1.8x slower (s46g: 610 85.4 / 81.8 -> 146.7 / 150.1, 530 87.6 /
+# 84.0 -> 141.4 / 136.8), and the plan does not know the casting. Nor odd rows of 513-1023 (s46e,
+# static, 4 rows: 555 83.2 -> 84.6, 701 79.2 -> 82.6, 1001 77.5 -> 82.8; their gathered row tiles
+# reach 78-84% of the copy), nor 4 mod 8 (620 / 780 / 1004 at 8 rows: 336-355 us).
+# The forward of odd 16-bit rows padded to LANES_MAX (257-511: 16 x 512 gathered row tiles before)
+# runs on the lanes tiles (``lanes_fit``), and on static layouts (257-383, ``odd_static``) holds the
+# most rows within ODD_LANES_FWD_LIVE_PER_THREAD live elements a thread, as the 2 mod 4 rows above.
+# H200, graph replay, about 64 Mi elements, us (s46a, s46b), bf16, the row tile -> lanes at 4 / 8 /
+# 16 rows: 263 104.7 -> 100.1 / 96.1 / 93.1, 267 102.4 -> 99.4 / 94.9 / 92.1, 271 102.1 -> - / 94.4 /
+# 91.1, 279 99.4 -> - / 92.5 / 90.6, 287 97.0 -> - / 91.5 / 88.9, 295 97.1 -> - / 91.5 / 91.4, 301 95.7
+# -> 93.4 / 90.3 / 91.7, 339 89.8 -> 88.6 / 86.6 / 90.9, 377 85.3 -> 85.3 / 84.4 / 95.4; fp16 267 102.1
+# -> 98.9 / 94.0, 301 95.5 -> - / 89.7 / 91.2, 339 90.2 -> - / 87.5. The best held 19-36 live
+# elements a thread; 34.6 (295 at 16) tied, 37.6 (301 at 16) lost 1.5%, 42-47 5-13%, with no
+# stack in the SASS (s46b-sass: 16 rows of 271-319, 64 registers). On runtime layouts (385-511,
+# ODD_STATIC_SPILLS) the tile keeps LANES_TILE_ELEMS (4 rows), which won there: bf16 417 90.1 ->
+# 85.6 (8 rows 87.6), 441 86.8 -> 83.5 (85.6), 499 80.9 -> 81.8 (84.3; the one loss, 1%); static
+# layouts there bought 1% (s46b: 417 84.6, 441 82.9, 499 82.1), not taken. Odd rows padded to 128
+# and 256 keep their 2048-element tiles: twice the rows lost at every length (s46a: 71 109.7 ->
+# 144.4, 135 101.7 -> 112.4, 229 85.8 -> 86.6; ncu of 135, 12% more instructions at 16 rows).
+ODD_LANES_FWD_LIVE_PER_THREAD = 36
+ODD_LANES_FWD_LIVE_ELEMS = ODD_LANES_FWD_LIVE_PER_THREAD * 32 * LANES_WARPS
 LANES_PIECES_GAIN = 1.4
 MASKED_NEED = 68  # registers: 64 (the cap at 32 warps per SM) and the few that 1536's 4 x 2048 spilled at no cost
 OCCUPANCIES = (1, 2, 4, 8)
@@ -1361,12 +1393,13 @@ def long_fit(n: int, elem_size: int, num_sms: int, static: bool = True) -> bool:
 def lanes_fit(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether op on unaligned rows of n elements runs on the lanes kernels (LANES_* above) with
     the rules' lanes of LANES_ELEMS elements (those of ``vector_lanes`` where static layouts are
-    allowed)."""
+    allowed): forward, rows padded to LANES_FWD_MAX_ELEMS, odd 16-bit ones to LANES_MAX
+    (ODD_LANES_FWD_LIVE_PER_THREAD's comment)."""
     w = _next_pow2(n)
     if not (unaligned(n, elem_size) and LANES_MIN_ELEMS <= w <= LANES_MAX):
         return False
-    if op == "forward":
-        return w <= LANES_FWD_MAX_ELEMS
+    if op == "forward":  # (odd 16-bit rows up to LANES_MAX: ODD_LANES_FWD_LIVE_PER_THREAD below)
+        return w <= (LANES_MAX if elem_size == 2 and n % 2 else LANES_FWD_MAX_ELEMS)
     if w * elem_size > LANES_BWD_ROW_BYTES:
         return False
     if w * elem_size <= WARP_ROW_BYTES:
@@ -1458,7 +1491,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH); static:
     the kernels compiled for the row layout (``odd_static``, ``vector_lanes``)."""
     w = _next_pow2(n)
-    rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems)
+    rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
@@ -1469,17 +1502,30 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
                     prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
 
 
-def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int) -> int:
-    """The rows of op's lanes tile for rows of n elem_size-byte elements, lane_elems a lane:
-    LANES_TILE_ELEMS[op] padded elements, and for the forward of 16-bit 2 mod 4 rows on
-    VECTOR_2MOD4_FWD_ELEMS elements a lane (what it was measured on) the most rows whose live
-    elements stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (the comment there). A function of n alone,
-    never of the row count: a row's bits do not depend on the batch."""
+def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int, static: bool = False) -> int:
+    """The rows of op's lanes tile for rows of n elem_size-byte elements, lane_elems a lane, on
+    static layouts or not: LANES_TILE_ELEMS[op] padded elements, or, where ``lanes_live_elems``
+    gives a budget, the most rows (a power of two) whose live elements (rows x n) stay within it.
+    A function of n and the layout alone, never of the row count: a row's bits do not depend on
+    the batch."""
     rows = max(1, min(MAX_TILE_ROWS, LANES_TILE_ELEMS[op] // _next_pow2(n)))
-    if op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS and elem_size == 2 and n % 4 == 2:
-        while 2 * rows * n <= VECTOR_2MOD4_FWD_LIVE_ELEMS and 2 * rows <= MAX_TILE_ROWS:
-            rows *= 2
+    live = lanes_live_elems(op, n, elem_size, lane_elems, static)
+    while 2 * rows * n <= live and 2 * rows <= MAX_TILE_ROWS:
+        rows *= 2
     return rows
+
+
+def lanes_live_elems(op: str, n: int, elem_size: int, lane_elems: int, static: bool) -> int:
+    """The live elements a forward lanes tile may hold (``lanes_tile_rows``), 0 where the tile keeps
+    LANES_TILE_ELEMS: VECTOR_2MOD4_FWD_LIVE_ELEMS for 16-bit 2 mod 4 rows on their vector lanes
+    (``vector_lanes``), ODD_LANES_FWD_LIVE_ELEMS for odd 16-bit rows padded to LANES_MAX on
+    static layouts (the rows measured: the comments there)."""
+    if op != "forward" or elem_size != 2:
+        return 0
+    if n % 4 == 2 and lane_elems == VECTOR_2MOD4_FWD_ELEMS:
+        return VECTOR_2MOD4_FWD_LIVE_ELEMS
+    odd_wide = n % 2 == 1 and _next_pow2(n) == LANES_MAX and lane_elems == LANES_ELEMS
+    return ODD_LANES_FWD_LIVE_ELEMS if odd_wide and static else 0
 
 
 @functools.lru_cache(maxsize=1024)
