@@ -270,8 +270,12 @@ def main(argv=None) -> int:
     ap.add_argument("--op", default="fwd_infer", choices=C.OPS)
     ap.add_argument("--dtype", default="bfloat16", choices=C.DTYPE_NAMES)
     ap.add_argument("--ncu", default=NCU)
-    ap.add_argument("--clock-control", default="base", choices=("base", "none"),
-                    help="ncu's clocks: base (locked, its default) or none (the boost clocks the benchmark runs at)")
+    ap.add_argument(
+        "--clock-control",
+        default="base",
+        choices=("base", "none"),
+        help="ncu's clocks: base (locked, its default) or none (the boost clocks the benchmark runs at)",
+    )
     ap.add_argument("--out", default=os.environ.get("OUT", "bench/results/latest"))
     ap.add_argument("--candidates", metavar="JSON", help="row-kernel plans to profile (rows_probe's candidate list)")
     ap.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
