@@ -165,7 +165,7 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   as keep a tile within 40 live elements a thread (``lanes_tile_rows``, VECTOR_2MOD4_FWD_LIVE_ELEMS):
   up to 1.23x where a padded row holds few live elements, 0.99-1.00x where it holds many.
 - session 46: the forward of odd 16-bit rows of 257-511 runs on the lanes tiles (512 lanes wide; on
-  static layouts within 36 live elements a thread, ODD_LANES_FWD_LIVE_ELEMS: 1.01-1.12x the row
+  static layouts within 36 live elements a thread, ODD_LANES_FWD_LIVE_ELEMS: 0.99-1.12x the row
   tiles; under llama's fp32 multiply and gemma too).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
@@ -173,7 +173,7 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   long-row kernels (``long_plan``: 16-bit forward and backward, where not flat; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
-  512 bytes forward, 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
+  512 bytes forward (odd 16-bit rows 1 KB), 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
   (``lanes_plan``): forward rows padded to at most 256 elements (odd 16-bit ones and those of
   ``vector_lanes`` 512), backward to 2 KB. Even unaligned
   16-bit rows past 8192 elements run the long forward (from 12 KB on static layouts where they are
@@ -605,7 +605,8 @@ STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # 672 -> 344 instructions at 135 (loop body 390 -> 227: 1.44 warp instructions an element at
 # runtime, where the copy rate needs 5.6 a clock an SM against the 4 it issues), 376 at 211, 384
 # at 255; gathered row tiles 1175 (4 x 2048) 1464 -> 808, 2747 (2048 + 1024) 632 with 40 bytes of
-# stack -> 456 and none. They keep the runtime plan (pieces, gathers, blocks): only the layout
+# stack -> 456 and none. They keep the runtime plan (pieces, gathers, blocks; but the rows of the 16-bit forward's
+# 512-wide lanes tiles, ODD_LANES_FWD_LIVE_ELEMS, session 46): only the layout
 # changes. H200, graph replay, M = 64 Mi / N, us (ab/s29a): forward bf16 135 134.9 -> 107.8, 211
 # 95.5 -> 89.2, 255 88.9 -> 85.3, 303 (16 x 512 gathered) 104.6 -> 96.5, 421 87.3 -> 90.0 (the
 # lanes tile 8 x 512, static: 87.3), 1175 90.6 -> 79.6, 2747 98.7 -> 86.2, 5001 92.2 -> 93.2; fp16
@@ -622,6 +623,8 @@ STATIC_FP32_MAX_ELEMS = {"forward": 1024, "backward": MIN_PIECE_BYTES // 4 - 1}
 # 65 (tiles of 64-256 rows) spill 48-160 bytes static (none runtime): not timed, left runtime; the
 # 16-bit 16 x 512 gathered tile spills 8 bytes at 257-383 (303: 1.08x all the same) and 16-32 at
 # 385-511 (bf16 421: 0.97x): those stay runtime; fp32's 8 x 512 tile holds no stack either way.
+# Since session 46 that tile runs the 16-bit forward of 257-511 only for callers without the lanes
+# kernels (lanes=False); on the lanes tiles 385-511 stay runtime because static layouts bought 0-1% (s46b).
 ODD_STATIC_MAX_ELEMS = MAX_ROW_ELEMS["forward"]
 ODD_STATIC_FP32_MAX_ELEMS = 512
 ODD_STATIC_MIN_ELEMS = 65  # rows the lanes kernels pad to LANES_MIN_ELEMS (128) and up
@@ -845,7 +848,8 @@ FLAT_DOT_CHUNK_BYTES = 8 * 1024
 FLAT_BWD_WARPS = 4
 FLAT_BWD_BLOCKS = 4
 # Short unaligned rows (``lanes_plan``): kernels.rows_fwd_lanes and rows_bwd_lanes, rows padded to
-# W (a power of two) of at most LANES_FWD_MAX_ELEMS forward, LANES_BWD_ROW_BYTES backward, each
+# W (a power of two) of at most LANES_FWD_MAX_ELEMS forward (odd 16-bit rows LANES_MAX),
+# LANES_BWD_ROW_BYTES backward, each
 # held by W / LANES_ELEMS lanes of LANES_ELEMS elements, LANES_TILE_ELEMS[op] elements a tile (16
 # a thread on 4 warps; session 17's forward held 32), LANES_OCCUPANCY[op] blocks per SM on a
 # persistent grid. H200, graph replay, against the gathered row tiles (us). Forward (session 17,
@@ -979,7 +983,7 @@ VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARP
 # with the native multiply bf16 530 81.2 -> 75.9, 598 86.7 -> 78.6, 610 86.5 -> 79.0, fp16 610 85.9
 # -> 78.8, where 8 rows stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (674, 42 a thread, 82.8 -> 83.4; 778
 # 81.8 -> 93.4; 1018 73.0 -> 108.3); but under llama's fp32 multiply and gemma (216-248 bytes of stack
-# in the CPU SASS, 64-88 natively) 1.7-1.8x slower (s46g: 610 85.4 / 81.8 -> 146.7 / 150.1, 530 87.6 /
+# in the CPU SASS, 64-88 natively) 1.6-1.8x slower (s46g: 610 85.4 / 81.8 -> 146.7 / 150.1, 530 87.6 /
 # 84.0 -> 141.4 / 136.8), and the plan does not know the casting. Nor odd rows of 513-1023 (s46e,
 # static, 4 rows: 555 83.2 -> 84.6, 701 79.2 -> 82.6, 1001 77.5 -> 82.8; their gathered row tiles
 # reach 78-84% of the copy), nor 4 mod 8 (620 / 780 / 1004 at 8 rows: 336-355 us).
@@ -991,11 +995,12 @@ VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARP
 # 91.1, 279 99.4 -> - / 92.5 / 90.6, 287 97.0 -> - / 91.5 / 88.9, 295 97.1 -> - / 91.5 / 91.4, 301 95.7
 # -> 93.4 / 90.3 / 91.7, 339 89.8 -> 88.6 / 86.6 / 90.9, 377 85.3 -> 85.3 / 84.4 / 95.4; fp16 267 102.1
 # -> 98.9 / 94.0, 301 95.5 -> - / 89.7 / 91.2, 339 90.2 -> - / 87.5. The best held 19-36 live
-# elements a thread; 34.6 (295 at 16) tied, 37.6 (301 at 16) lost 1.5%, 42-47 5-13%, with no
-# stack in the SASS (s46b-sass: 16 rows of 271-319, 64 registers). On runtime layouts (385-511,
+# elements a thread; 36.9 (295 at 16) tied, 37.6 (301 at 16) lost 1.5%, 42-47 5-13%, with no
+# stack in the native multiply's SASS (s46b-sass: 16 rows of 271-319, 64 registers; 16 bytes at
+# 257-287 under llama's fp32 one, s46g-sass). On runtime layouts (385-511,
 # ODD_STATIC_SPILLS) the tile keeps LANES_TILE_ELEMS (4 rows), which won there: bf16 417 90.1 ->
 # 85.6 (8 rows 87.6), 441 86.8 -> 83.5 (85.6), 499 80.9 -> 81.8 (84.3; the one loss, 1%); static
-# layouts there bought 1% (s46b: 417 84.6, 441 82.9, 499 82.1), not taken. Odd rows padded to 128
+# layouts there bought 0-1% (s46b: 417 84.6, 441 82.9, 499 82.1), not taken. Odd rows padded to 128
 # and 256 keep their 2048-element tiles: twice the rows lost at every length (s46a: 71 109.7 ->
 # 144.4, 135 101.7 -> 112.4, 229 85.8 -> 86.6; ncu of 135, 12% more instructions at 16 rows).
 ODD_LANES_FWD_LIVE_PER_THREAD = 36
@@ -1150,7 +1155,8 @@ def static_fit(n: int, elem_size: int, op: str = "forward") -> bool:
 
 def odd_static(n: int, elem_size: int, op: str = "forward") -> bool:
     """Whether the row tiles and lanes tiles of odd rows of n elements run on static layouts
-    with the runtime layouts' plan (ODD_STATIC_MAX_ELEMS above), from ODD_STATIC_MIN_ELEMS: the
+    with the runtime layouts' plan (ODD_STATIC_MAX_ELEMS above; the 16-bit forward's 512-wide lanes tiles
+    hold more rows, ODD_LANES_FWD_LIVE_ELEMS), from ODD_STATIC_MIN_ELEMS: the
     forward of 16-bit rows up to ODD_STATIC_MAX_ELEMS but those of ODD_STATIC_SPILLS, and of fp32
     rows up to ODD_STATIC_FP32_MAX_ELEMS; the backward of 16-bit rows that the lanes kernels take
     (``plan`` keeps the backward's row tiles, those of a caller's keywords too, on runtime
@@ -1581,7 +1587,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         and (_long_unaligned(n, elem_size) or long_static_chunk(n, elem_size, num_sms, static))
     ):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
-    compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan, compiled for the row layout
+    compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan (but lanes_tile_rows), compiled
     vector = vector_lanes(n, elem_size, op) if static else 0
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and (vector or lanes_fit(n, elem_size, op))):
@@ -1595,7 +1601,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if unal:
         any_length = True  # the core kernels cannot load these rows fast (ALIGN_BYTES)
         if short and max_pieces is None and not one_piece:  # gathered multi-row tiles (GATHER_PIECES)
-            fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # past the lanes kernels' rows
+            fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # (odd 16-bit 257-511: lanes=False only)
             pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
     if max_pieces is None:  # (one padded piece for the gathered 16-bit backward: PADDED_BWD_MIN_SHARE above)
