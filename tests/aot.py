@@ -690,6 +690,13 @@ def _lanes_jobs(add):
                 if odd_static(n, ELEMENT_BYTES[x], op):
                     q = lanes_plan(op, 4099, b, n, ELEMENT_BYTES[x], 132, static=True)
                     job(q, x, n, b, casting, has_weight, store)
+    # the forward of odd 16-bit rows of 257-511 on 512 lanes (plan.lanes_fit): static 16 / 8 rows
+    # (263, 301), runtime 4 (441)
+    for x, n, casting in (("bfloat16", 263, K.CAST_LLAMA_NATIVE), ("float16", 301, K.CAST_GEMMA),
+                          ("bfloat16", 441, K.CAST_LLAMA)):  # fmt: skip
+        p = plan("forward", 4099, 1, n, 2, 132)
+        assert (p.kind, p.widths[0], p.tile_a, p.static) == ("lanes", 512, {263: 16, 301: 8}.get(n, 4), n < 385), p
+        job(p, x, n, 1, casting, True, True)
     vector = (("forward", "bfloat16", 204, K.CAST_LLAMA, True), ("forward", "float16", 300, K.CAST_NONE, False),
               ("backward", "float16", 204, K.CAST_LLAMA, True), ("backward", "bfloat16", 138, K.CAST_GEMMA, True),
               ("forward", "bfloat16", 204, K.CAST_LLAMA_NATIVE, True),

@@ -1273,6 +1273,42 @@ def test_wide_lanes_rows(dev, shape, dtype, casting, offset, gen):
     _check_planned(dev, shape, dtype, casting, True, offset, gen, plan)
 
 
+@pytest.mark.parametrize("n", [263, 301], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("casting,offset", [("llama", 0.0), ("gemma", 0.0), ("none", 1.0)],
+                         ids=["native", "gemma", "none+1"])  # fmt: skip
+def test_wide_lanes_tile_rows_same_bits(dev, n, dtype, casting, offset, gen):
+    """A row's y and rstd do not depend on how many rows its lanes tile holds: the rules' static
+    512-lane tiles of odd 16-bit rows (16 rows at 263, 8 at 301: plan.lanes_tile_rows) give the
+    bits of the same static tile at 4 rows and of the runtime layout's 4-row tile (what rows of
+    385-511, and callers without static layouts, run), on fresh inputs and NaN-poisoned outputs,
+    with a tile overhanging A in each."""
+    m = 37
+    x, _, w = make_inputs((m, n), dtype, dev, has_weight=True, offset=offset, generator=gen)
+    code = forward_casting(casting_code(casting, False), x, w, x, offset)
+    rules = plan("forward", m, 1, n, 2, SMS)
+    assert (rules.kind, rules.static, rules.tile_a) == ("lanes", True, 16 if n < 288 else 8), rules
+    outs = []
+    for static, rows in ((True, None), (True, 4), (False, 4)):
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like((m,), torch.float32, x.device)
+
+        def run(device, stream, static=static, rows=rows, y=y, rstd=rstd):
+            p = lanes_plan("forward", m, 1, n, 2, device.num_sms, tile_rows=rows, static=static)
+            assert (p.static, p.check_a) == (static, True), p
+            RL.run_forward(p, rows3(x, m, 1), w, y.view(m, 1, n), rstd.view(m, 1), EPS, offset, code, device, stream)
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    ref_y, ref_rstd, _, _ = rms_norm_ref_grads(x, x, w, EPS, offset)
+    tol = tolerances(dtype, w.dtype, casting)
+    check_all({"y": outs[0][0], "rstd": outs[0][1]}, {"y": ref_y, "rstd": ref_rstd}, tol)
+    for y, rstd in outs[1:]:
+        assert torch.equal(rstd.view(torch.int32), outs[0][1].view(torch.int32))
+        assert torch.equal(y.view(torch.int16), outs[0][0].view(torch.int16))
+
+
 @pytest.mark.parametrize("shape", [(37, 204), (11, 292)], ids=str)
 def test_vector_lanes_fp32_kernels(dev, shape, gen):
     """The lanes kernels of fp32 rows with 4 elements a lane (probes only: the rule leaves fp32
