@@ -599,7 +599,7 @@ def _flat_jobs(add):
                                               ("float16", K.CAST_NONE, True, True),
                                               ("bfloat16", K.CAST_GEMMA, False, True),
                                               ("float32", K.CAST_GEMMA, True, True)):  # fmt: skip
-            p = flat_plan("forward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)  # the rules': 16 KB chunks
+            p = flat_plan("forward", 4099, 1, 25263, ELEMENT_BYTES[x], 132)  # 16-bit: 8 KB, PREFETCH; fp32: 16 KB
             flat, shifted = arr(x, 1, last_div=1), arr(x, 2)
             _ALIGNED[0] = False
             weight = arr(x, 1)  # a weight of any length

@@ -584,34 +584,68 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
+@pytest.mark.parametrize("shape,chunk", [((37, 8197), 1024), ((2, 5, 6146), 1024), ((3, 24577), None)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
+def test_flat_forward_prefetch_same_bits(dev, shape, chunk, dtype, static, gen):
+    """The flat forward's second pass with the lookahead (PREFETCH: chunk j + 1 loaded before chunk
+    j is stored, plan.FLAT_PREFETCH_*) gives the bits of the pass without it, y and rstd, the row
+    length compiled in or at run time, 3 blocks over more rows; y and rstd against float64."""
+    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
+    a, b = row_groups(x)
+    n = shape[-1]
+    outs = []
+    for prefetch in (False, True):
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
+
+        def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
+            p = flat_plan("forward", a, b, n, 2, device.num_sms, chunk=chunk, static=static, prefetch=prefetch)
+            assert (p.kind, p.prefetch, p.static) == ("flat", prefetch, static), p
+            p = dataclasses.replace(p, grid=3)
+            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
+                           stream, empty=lambda shape: torch.empty(shape, dtype=dtype, device=x.device))  # fmt: skip
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+    assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
+
+
 def test_flat_rule():
     """The flat forward takes 16-bit odd, 2 mod 4, 4 mod 8 and 8 mod 16 rows of FLAT_MIN_BYTES[2][their
     low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
-    8 KB chunks at 4 blocks an SM up to 5 chunks, 16 KB at 2 past that, the row length compiled in
-    where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
+    8 KB chunks at 4 blocks an SM up to 5 chunks, past that 8 KB chunks at 2 with the second pass's
+    lookahead (FLAT_PREFETCH_*) up to 128 KB rows, 16 KB chunks at 2 without it beyond, the row
+    length compiled in where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
     an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks); never 16 | N 16-bit or 4 | N
     fp32 rows, shorter rows or a caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
     past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
     them: 4 KB chunks (the row dot's 8 KB) on 4 warps at 4 blocks an SM, row groups a multiple of 8
     whose blocks fit the SMs at once, the prefetch."""
-    cases = {12001: (4096, 4), 12003: (4096, 4), 24577: (8192, 2), 57085: (8192, 2), 200001: (8192, 2),
-             32002: (8192, 2), 63566: (8192, 2), 26632: (8192, 2), 50004: (8192, 2)}  # fmt: skip
-    for n, (chunk, blocks) in cases.items():
+    cases = {12001: (4096, 4, False), 12003: (4096, 4, False), 24577: (4096, 2, True), 57085: (4096, 2, True),
+             200001: (8192, 2, False), 32002: (4096, 2, True), 63566: (4096, 2, True), 26632: (4096, 2, True),
+             50004: (4096, 2, True), 65535: (4096, 2, True), 65537: (8192, 2, False)}  # fmt: skip
+    for n, (chunk, blocks, prefetch) in cases.items():
         assert flat_fit(n, 2, num_sms=SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
         p = plan("forward", 1176, 1, n, 2, SMS, flat=None)
-        want = ("flat", chunk, blocks, 1176, True, 8)
-        assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes) == want, (n, p)
+        want = ("flat", chunk, blocks, 1176, True, 8, prefetch)
+        assert (p.kind, p.widths[0], p.occupancy, p.grid, p.static, p.lanes, p.prefetch) == want, (n, p)
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         q = plan("forward", 1176, 1, n, 2, SMS)
         assert q is None or q.kind != "flat"  # flat=False (the default)
     for n in (16001, 17425, 18002, 27982, 33786, 34753):  # fp32 odd and 2 mod 4 from 64000 bytes, 16 KB chunks
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
-        assert flat_fit(n, 4, num_sms=SMS) and (p.kind, p.widths[0], p.occupancy, p.static) == (
+        assert flat_fit(n, 4, num_sms=SMS) and (p.kind, p.widths[0], p.occupancy, p.static, p.prefetch) == (
             "flat",
             4096,
             2,
             True,
+            False,  # (the lookahead's rounded tail square: FLAT_PREFETCH_*)
         ), n
     # fp32 past the rows whose 2 an SM fit 0.7 of L2 (34754 on 132 SMs: 36.7 MB), shorter, aligned
     for n in (34754, 34755, 34758, 37233, 41001, 15999, 14002, 20004):

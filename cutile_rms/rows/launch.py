@@ -49,7 +49,7 @@ LONG_PARAMS = {
 # and the backward's row dot and chunks.
 FLAT_PARAMS = {
     "forward_flat": ("x", "w", "w_shift", "y", "rstd_out", "eps", "offset", "n", "N", "TILE_N", "V", "CASTING",
-                     "HAS_WEIGHT", "STORE_RSTD"),
+                     "HAS_WEIGHT", "STORE_RSTD", "PREFETCH"),
     "weight_shift": ("w", "w_shift", "first", "TILE_N"),
     "dot_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_out", "offset", "n", "TILE_N", "V", "HAS_WEIGHT"),
     "backward_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_in", "dx", "dw_partial", "offset", "n", "TILE_N", "V",

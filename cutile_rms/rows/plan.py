@@ -825,6 +825,26 @@ FLAT_CHUNK_BYTES = LONG_CHUNK_BYTES["forward"]
 FLAT_BLOCKS = 4
 FLAT_WARPS = LONG_WARPS["forward"]  # not varied
 FLAT_STATIC_MIN_CHUNKS = 2
+# The flat forward's second pass, which reads x and w of each chunk again (from L2) and stores y:
+# tileiras issues a chunk's loads only after the previous chunk's stores and the barrier it puts
+# after them, so each chunk waited one L2 round trip. With PREFETCH (kernels.rows_fwd_flat) it loads
+# chunk j + 1 before it stores chunk j, so those loads are in flight during the stores and the
+# barrier. Session 47 (ab/s47d, ab/s47e; H200, graph replay, about 64 Mi elements, the rules' grid,
+# us: the old plan, 16 KB chunks -> the lookahead at 16 KB -> the lookahead at 8 KB): bf16 27000 85.3
+# -> 86.4 -> 81.7, 33333 91.4 -> 90.1 -> 85.7, 43796 92.9 -> 92.6 -> 86.4, 44302 92.6 -> 91.9 -> 86.7,
+# 58002 110.4 -> 105.5 -> 103.2, 59926 113.2 -> 108.6 -> 107.2; fp16 43796 93.4 -> 92.8 -> 86.2; fp32
+# 20690 (16 KB chunks) 163.0 -> 155.3. (8 KB chunks without it lost: 43796 97.7; 3 or 4 blocks an SM
+# lost at 43796 and 33333, their rows past L2, s47b.) The CPU SASS of bf16 43796: 128 registers, no
+# stack, the next chunk's 8 LDG.128 before this one's STG.128. So the forward of 16-bit rows past
+# LONG_UNROLL_MAX_CHUNKS chunks, up to FLAT_PREFETCH_MAX_BYTES (the measured ones, 54-120 KB, to the
+# random set's longest rows) takes it at FLAT_PREFETCH_CHUNK_BYTES.
+# fp32 rows keep the old pass, although 20690 gained: with the lookahead tileiras rounded a tail
+# square on its own at 27982 (an FMUL, then an FADD, where the chunks fuse it: SASS,
+# test_flat_plans_compile_without_spills), and an fp32 square is not exact, so a row's rstd would
+# depend on its position (the FFMA comment above). Shorter 16-bit rows (odd 12001-20480) are not
+# measured with it.
+FLAT_PREFETCH_CHUNK_BYTES = 8 * 1024
+FLAT_PREFETCH_MAX_BYTES = 128 * 1024
 FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
 # The flat backward (kernels.rows_dot_flat, rows_bwd_flat): 16-bit rows whose byte length is not a
 # multiple of 16, from FLAT_BWD_MIN_BYTES, that the rules would give the two-kernel long backward
@@ -1456,8 +1476,8 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     rows_bwd_flat (FLAT_BWD_* above). The keywords override the rules (probes): chunk in
     elements, a power of two; forward: persistent True: a persistent grid (the rules: a block a
     row); static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules:
-    where FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior); backward: prefetch (False:
-    off), dot_chunk (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes``
+    where FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior), prefetch (True: the second
+    pass loads the next chunk first, FLAT_PREFETCH_*); backward: prefetch (False: off), dot_chunk (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes``
     holds the elements of 16 bytes (the kernels' V)."""
     v = FLAT_ALIGN_BYTES // elem_size
     if n < 2 * v:
@@ -1475,7 +1495,10 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         return RowsPlan(op, 1, 1, (chunk, dot_chunk, 0), warps or FLAT_BWD_WARPS, occupancy, grid, False, True,
                         LOADS_GATHER, "flat", v, False, prefetch=prefetch is not False)  # fmt: skip
     wide = n * elem_size > LONG_UNROLL_MAX_CHUNKS * FLAT_CHUNK_BYTES
-    chunk = chunk or (LONG_WIDE_CHUNK_BYTES if wide else FLAT_CHUNK_BYTES) // elem_size
+    if prefetch is None:  # (FLAT_PREFETCH_CHUNK_BYTES above)
+        prefetch = wide and elem_size == 2 and n * elem_size <= FLAT_PREFETCH_MAX_BYTES
+    chunk = chunk or (FLAT_PREFETCH_CHUNK_BYTES if prefetch else LONG_WIDE_CHUNK_BYTES if wide else
+                      FLAT_CHUNK_BYTES) // elem_size  # fmt: skip
     if chunk > EXACT_SUM_MAX_LANES:
         raise ValueError(f"the flat rows kernel's chunks hold at most {EXACT_SUM_MAX_LANES} elements, got {chunk}")
     if occupancy is None and wide:
@@ -1486,7 +1509,7 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     grid = max(1, min(a * b, num_sms * occupancy)) if persistent else a * b
     static = static and (n - 2 * (v - 1)) // chunk >= FLAT_STATIC_MIN_CHUNKS
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or FLAT_WARPS, occupancy, grid, False, True, LOADS_GATHER, "flat",
-                    v, static)  # fmt: skip
+                    v, static, prefetch=prefetch)  # fmt: skip
 
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,

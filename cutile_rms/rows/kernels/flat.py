@@ -59,16 +59,31 @@ def _flat_squares(xs, j, TILE_N: C_INT, CHECK: C_BOOL):
 
 
 @tile_function
-def _flat_y(xs, ws, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
-    """y of chunk j of a row's interior: xs, ys its slices of x and y, ws its row of w_shift."""
+def _flat_xw(xs, ws, j, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+    """(x, w) of chunk j of a row's interior: xs its slice of x, ws its row of w_shift (w raw; x
+    again without a weight)."""
     xt = _flat_chunk(xs, j, TILE_N, CHECK)
+    wt = xt
     if HAS_WEIGHT:
         wt = ct.reshape(ct.load(ws, (0, j), (1, TILE_N), check_bounds=False, allow_tma=False), (TILE_N,))
+    return xt, wt
+
+
+@tile_function
+def _flat_y_of(xt, wt, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+    """Stores y of chunk j of a row's interior (ys its slice of y) from its x and w (_flat_xw)."""
+    wp = ct.full((TILE_N,), 1.0, dtype=ct.float32)
+    if HAS_WEIGHT:
         wp = _weight_factor(wt, offset, CASTING)
-    else:
-        wp = ct.full((TILE_N,), 1.0, dtype=ct.float32)
     ct.store(ys, (j,), ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), ys.dtype), check_bounds=CHECK,
              allow_tma=False)  # fmt: skip
+
+
+@tile_function
+def _flat_y(xs, ws, ys, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL):
+    """y of chunk j of a row's interior: xs, ys its slices of x and y, ws its row of w_shift."""
+    xt, wt = _flat_xw(xs, ws, j, TILE_N, HAS_WEIGHT, CHECK)
+    _flat_y_of(xt, wt, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, CHECK)
 
 
 @tile_function
@@ -144,7 +159,7 @@ def _flat_bounds(s, e, V: C_INT):
 
 @tile_function
 def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL: C_INT, TILE_N: C_INT, V: C_INT,
-              CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+              CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, PREFETCH: C_BOOL):  # fmt: skip
     """rows_fwd_flat's work on row r. Its sum of squares reads [lo, b) in chunks (lo: the 16-byte
     boundary at or before the row's start; b: the last one inside its end; so 16 bytes a load
     throughout; the first FULL_Q chunks unchecked, the rest checked; FULL_Q < 0: counted at run
@@ -153,7 +168,8 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
     holds the row's columns i - d + j TILE_N (d = rN - lo < V) in column order, what lane
     (i - d) mod TILE_N holds for the same row at d = 0. _exact_sum adds the lanes whatever their
     order: a row's rstd is the same at every position (batch invariance). y: the interior [a, b)
-    in chunks (FULL unchecked, likewise), the head and tail element by element."""
+    in chunks (FULL unchecked, likewise; PREFETCH: chunk j + 1 loaded before chunk j is stored), the
+    head and tail element by element."""
     s = r * n
     e = s + n
     lo, a, b = _flat_bounds(s, e, V)
@@ -179,8 +195,16 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
     if HAS_WEIGHT:
         ws = w_shift.slice(axis=0, start=a - s, stop=a - s + 1)
     full = FULL if FULL >= 0 else (b - a) // TILE_N
-    for j in range(full):
-        _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False)
+    if PREFETCH:
+        if full > 0:  # chunk j + 1's loads issued before chunk j's stores (and tileiras' barrier after them)
+            xc, wc = _flat_xw(xs, ws, 0, TILE_N, HAS_WEIGHT, False)
+            for j in range(full):
+                xn, wn = _flat_xw(xs, ws, min(j + 1, full - 1), TILE_N, HAS_WEIGHT, False)
+                _flat_y_of(xc, wc, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False)
+                xc, wc = xn, wn
+    else:
+        for j in range(full):
+            _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False)
     for j in range(full, ct.cdiv(b - a, TILE_N)):
         _flat_y(xs, ws, ys, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True)
     _flat_edge_y(y, xh, wh, s, a, rstd, offset, V, CASTING, HAS_WEIGHT)
@@ -191,21 +215,22 @@ def _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, FULL_Q: C_INT, FULL
 
 @tile_kernel
 def rows_fwd_flat(x, w, w_shift, y, rstd_out, eps, offset, n, N: C_INT, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
-                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+                  HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, PREFETCH: C_BOOL):  # fmt: skip
     """rows_fwd_long for flat rows (above): x and y are the rows as one flat array of rows x n
     elements, rstd_out (rows,) fp32, w (n,), w_shift (V, W) from rows_weight_shift. Blocks stride
     over the rows; a row is read twice in TILE_N chunks (its squares from lo to b, then y of its
     interior: the second time from L2). N > 0 (static): the row length compiled in (n == N), and
     with it the counts of chunks every row holds whole, in [lo, b) (N - (V - 1)) // TILE_N and in
-    its interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted."""
+    its interior (N - 2 (V - 1)) // TILE_N; N == 0: n at run time, each row's whole chunks counted.
+    PREFETCH: the second pass loads chunk j + 1 before it stores chunk j (plan.FLAT_PREFETCH_*)."""
     if N > 0:
         for r in range(ct.bid(0), x.shape[0] // N, ct.num_blocks(0)):
             _flat_row(x, w, w_shift, y, rstd_out, r, N, eps, offset, (N - (V - 1)) // TILE_N,
-                      (N - 2 * (V - 1)) // TILE_N, TILE_N, V, CASTING, HAS_WEIGHT, STORE_RSTD)  # fmt: skip
+                      (N - 2 * (V - 1)) // TILE_N, TILE_N, V, CASTING, HAS_WEIGHT, STORE_RSTD, PREFETCH)  # fmt: skip
     else:
         for r in range(ct.bid(0), x.shape[0] // n, ct.num_blocks(0)):
             _flat_row(x, w, w_shift, y, rstd_out, r, n, eps, offset, -1, -1, TILE_N, V, CASTING, HAS_WEIGHT,
-                      STORE_RSTD)  # fmt: skip
+                      STORE_RSTD, PREFETCH)  # fmt: skip
 
 
 # The flat backward (plan.flat_plan's op "backward"): the same rows as one flat array, in two
