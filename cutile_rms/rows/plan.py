@@ -1477,8 +1477,9 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     elements, a power of two; forward: persistent True: a persistent grid (the rules: a block a
     row); static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules:
     where FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior), prefetch (True: the second
-    pass loads the next chunk first, FLAT_PREFETCH_*); backward: prefetch (False: off), dot_chunk (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes``
-    holds the elements of 16 bytes (the kernels' V)."""
+    pass loads the next chunk first, FLAT_PREFETCH_*); backward: prefetch (False: off), dot_chunk
+    (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes`` holds the
+    elements of 16 bytes (the kernels' V)."""
     v = FLAT_ALIGN_BYTES // elem_size
     if n < 2 * v:
         raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
