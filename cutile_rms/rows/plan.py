@@ -835,14 +835,14 @@ FLAT_STATIC_MIN_CHUNKS = 2
 # 58002 110.4 -> 105.5 -> 103.2, 59926 113.2 -> 108.6 -> 107.2; fp16 43796 93.4 -> 92.8 -> 86.2; fp32
 # 20690 (16 KB chunks) 163.0 -> 155.3. (8 KB chunks without it lost: 43796 97.7; 3 or 4 blocks an SM
 # lost at 43796 and 33333, their rows past L2, s47b.) The CPU SASS of bf16 43796: 128 registers, no
-# stack, the next chunk's 8 LDG.128 before this one's STG.128. So the forward of 16-bit rows past
+# stack, the next chunk's LDG.128 before this one's STG.128 (read at 16 KB chunks). So the forward of 16-bit rows past
 # LONG_UNROLL_MAX_CHUNKS chunks, up to FLAT_PREFETCH_MAX_BYTES (the measured ones, 54-120 KB, to the
 # random set's longest rows) takes it at FLAT_PREFETCH_CHUNK_BYTES.
 # fp32 rows keep the old pass, although 20690 gained: with the lookahead tileiras rounded a tail
 # square on its own at 27982 (an FMUL, then an FADD, where the chunks fuse it: SASS,
 # test_flat_plans_compile_without_spills), and an fp32 square is not exact, so a row's rstd would
 # depend on its position (the FFMA comment above). Shorter 16-bit rows (odd 12001-20480) are not
-# measured with it.
+# measured with it, nor those of 40-54 KB (20481-26999 elements), which take it by the rule.
 FLAT_PREFETCH_CHUNK_BYTES = 8 * 1024
 FLAT_PREFETCH_MAX_BYTES = 128 * 1024
 FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
