@@ -566,9 +566,10 @@ def _long_jobs(add):
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll == (n < 20480), p
                         job(p, n, x, casting, has_weight, kernels, "8 | N static")
-                    for n in (17284, 28044, 20478):  # even unaligned rows: a block a row, 8 / 16 KB (session 29)
-                        p = long_plan(op, 4099, 1, n, es, 132)
+                    for n in (17284, 28044, 20478):  # even unaligned rows: a block a row, 8 / 16 KB (session 29),
+                        p = long_plan(op, 4099, 1, n, es, 132)  # 16 KB with the second pass's lookahead (session 48)
                         assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == (n > 20480) * 4096 + 4096
+                        assert p.prefetch == (n > 20480), p
                         job(p, n, x, casting, has_weight, kernels, "unaligned static, a block a row")
                 if op == "backward" and casting == K.CAST_LLAMA:
                     p = long_plan(op, 4099, 1, 25262, es, 132, onepass=True)

@@ -27,10 +27,13 @@ from cutile_rms.rows.plan import (
     LONE_TMA_HINT,
     LONE_TMA_TILES_PER_SM,
     LONE_TMA_WARPS,
+    LONG_PREFETCH_MAX_BLOCKS,
+    LONG_PREFETCH_REGS,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
     PADDED_BWD_MIN_SHARE,
+    REGISTERS_PER_SM,
     backward_by_default,
     few_rows,
     flat_fit,
@@ -548,6 +551,55 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
+# The long forward's second pass with and without its lookahead (kernels.rows_fwd_long's PREFETCH):
+# rows of whole chunks and a last one past N, aligned (plain loads) and not (gathers), a row
+# shorter than one chunk (no whole chunk: the plain pass), fp32's 16 KB chunks.
+LONG_PREFETCH_CASES = [
+    ((9, 6144), torch.bfloat16, None, "aligned, a whole chunk and a half"),
+    ((7, 20690), torch.float16, None, "2 mod 4, 16 KB chunks"),
+    ((5, 12288), torch.bfloat16, 4096, "whole chunks only"),
+    ((2, 3, 10001), torch.bfloat16, 2048, "odd, 3-D"),
+    ((3, 3000), torch.float16, 4096, "shorter than a chunk"),
+    ((5, 9000), torch.float32, None, "fp32"),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,chunk,what", LONG_PREFETCH_CASES, ids=[c[3] for c in LONG_PREFETCH_CASES])
+@pytest.mark.parametrize("static", [True, False], ids=["static", "runtime"])
+def test_long_forward_prefetch_same_bits(dev, shape, dtype, chunk, what, static, gen):
+    """The long forward's second pass with the lookahead (chunk j + 1 loaded before chunk j is
+    stored, plan.LONG_PREFETCH_*) gives the bits of the pass without it wherever the two share a
+    row's rstd, the chunk count compiled in or at run time, 3 blocks over more rows; y and rstd
+    against float64. The rstd itself may differ by an ulp: the two kernels are compiled apart, and
+    tileiras may lay the first pass's accumulator out differently, which orders the block's sum
+    differently (bf16 6144, static, on the H200: 1 row in 9 by 2 ulp). A plan takes the lookahead by
+    N and dtype only, so a row's bits do not depend on the rows beside it."""
+    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
+    a, b = row_groups(x)
+    n, es = shape[-1], x.element_size()
+    outs = []
+    for prefetch in (False, True):
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
+
+        def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
+            p = long_plan("forward", a, b, n, es, device.num_sms, chunk=chunk, static=static, prefetch=prefetch)
+            assert (p.kind, p.prefetch) == ("long", prefetch), p
+            p = dataclasses.replace(p, grid=3)
+            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
+                           stream)  # fmt: skip
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+    same = outs[0][1].view(torch.int32) == outs[1][1].view(torch.int32)  # rows of one rstd
+    assert same.float().mean() >= 0.5, same
+    bits = torch.int32 if es == 4 else torch.int16
+    assert torch.equal(outs[0][0][same].view(bits), outs[1][0][same].view(bits))
+
+
 # The flat rows forward (plan kind "flat": rows contiguous end to end, read as one flat array, each
 # row's 16-byte aligned interior in chunks, its head and tail element by element): rows of each
 # alignment class, 2-D and 3-D, several chunks a row and a last one past the interior, more rows
@@ -613,6 +665,25 @@ def test_flat_forward_prefetch_same_bits(dev, shape, chunk, dtype, static, gen):
     check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
     assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
     assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
+
+
+def test_long_prefetch_rule():
+    """The static long forward (a block a row) of 16-bit rows takes the second pass's lookahead
+    where it runs at LONG_PREFETCH_MAX_BLOCKS blocks an SM, its occupancy capped to the blocks that
+    hold two chunks (LONG_PREFETCH_REGS): 16 KB chunks at 2; never 8 KB chunks (4 or 8 blocks), fp32
+    rows, runtime layouts, a persistent grid or the backward."""
+    for n, (chunk, blocks, prefetch) in {20690: (8192, 2, True), 24822: (8192, 2, True), 30450: (8192, 2, True),
+                                         15002: (4096, 4, False), 18432: (4096, 4, False),
+                                         12288: (4096, 8, False)}.items():  # fmt: skip
+        p = plan("forward", 99999, 1, n, 2, SMS)
+        assert (p.kind, p.grid, p.widths[0], p.occupancy, p.prefetch) == ("long", 99999, chunk, blocks, prefetch), p
+        assert not plan("forward", 99999, 1, n, 2, SMS, static=False).prefetch
+        assert not long_plan("backward", 99999, 1, n, 2, SMS).prefetch
+        hold = REGISTERS_PER_SM // (32 * p.warps * (p.widths[0] * 2 // (32 * p.warps) + LONG_PREFETCH_REGS))
+        assert p.prefetch == (hold <= LONG_PREFETCH_MAX_BLOCKS)
+    p = plan("forward", 99999, 1, 15002, 4, SMS)
+    assert (p.kind, p.grid, p.prefetch) == ("long", 99999, False), p
+    assert not long_plan("forward", 99999, 1, 30450, 2, SMS, persistent=True, static=False).prefetch
 
 
 def test_flat_rule():
@@ -1029,7 +1100,8 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
                                         ("forward", "bfloat16", 28567), ("backward", "bfloat16", 11178),
                                         ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
                                         ("forward", "float16", 64450), ("forward", "bfloat16", 17284),
-                                        ("forward", "float16", 28044), ("forward", "bfloat16", 9434)])  # fmt: skip
+                                        ("forward", "float16", 28044), ("forward", "bfloat16", 9434),
+                                        ("forward", "bfloat16", 24822), ("forward", "float16", 36004)])  # fmt: skip
 def test_long_plans_compile_without_spills(op, dtype, n, sass):
     """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200

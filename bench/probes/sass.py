@@ -8,7 +8,7 @@ local memory (spills), shared memory, and counts of the memory instructions by w
     python -m bench.probes.sass            # the built-in table of candidates
     python -m bench.probes.sass --loops CANDIDATES.json   # the innermost loop of each candidate plan
 
---loops compiles the row-tile, lanes or flat kernel of each forward candidate of a rows_probe list
+--loops compiles the row-tile, lanes, flat or long forward kernel of each forward candidate of a rows_probe list
 (bench/probes/rows_candidates.plan_of) and reports registers, stack and its innermost loop: its
 instructions, the rows one iteration covers (from the bytes its loads read, rounded up to a
 power of two: on static layouts the loads of lanes past N are dropped) and the warp
@@ -141,15 +141,19 @@ def _loops(path: str) -> int:
         cands = json.load(f)
     for c in cands:
         p = plan_of(c, c.get("persistent"))
-        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat"):
+        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat", "long"):
             continue
         knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
-        if p.kind == "flat":  # no loop to read per element: the kernel's resources and memory instructions
-            kernel, params, hints = flat_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
+        if p.kind in ("flat", "long"):  # no loop to read per element: the kernel's resources and memory instructions
+            if p.kind == "flat":
+                kernel, params, hints = flat_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
+            else:
+                ((_, kernel, params, hints),) = long_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
             r = compile_report(kernel, params, **hints)
             ops = " ".join(f"{k} x{v}" for k, v in sorted(r["ops"].items()))
             print(
-                f"{c['dtype']} {c['n']} [{knobs or 'rules'}] flat {p.widths[0]} {'static' if p.static else 'runtime'}: "
+                f"{c['dtype']} {c['n']} [{knobs or 'rules'}] {p.kind} {p.widths[0]} "
+                f"{'static' if p.static else 'runtime'}: "
                 f"registers {r['REG']}, stack {r.get('STACK', 0)}, {r['instructions']} instructions: {ops}",
                 flush=True,
             )

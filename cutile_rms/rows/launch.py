@@ -38,7 +38,7 @@ BACKWARD_PARAMS = ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TIL
 # the one-pass backward (probes: plan.long_plan's onepass).
 LONG_PARAMS = {
     "forward_long": ("x", "w", "y", "rstd_out", "eps", "offset", "chunks", "TILE_N", "CASTING", "HAS_WEIGHT",
-                     "STORE_RSTD", "LOADS", "UNROLL"),
+                     "STORE_RSTD", "LOADS", "UNROLL", "PREFETCH"),
     "dot_long": ("x", "dy", "w", "rstd_in", "c_out", "offset", "chunks", "TILE_N", "HAS_WEIGHT", "LOADS"),
     "backward_long": ("x", "dy", "w", "rstd_in", "c_in", "dx", "dw_partial", "offset", "TILE_N", "HAS_WEIGHT",
                       "ROUND_XHAT", "LOADS"),
@@ -116,7 +116,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     (bench/probes/sass.py) share. dW rounds xhat to x's dtype except in gemma casting (fp32 rows
     run gemma: one computation in fp32)."""
     if p.kind == "long":
-        shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll)
+        shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll, PREFETCH=p.prefetch)
     elif p.kind == "flat":
         shape = dict(TILE_N=p.widths[0], V=p.lanes, PREFETCH=p.prefetch)
     elif p.kind == "lanes":

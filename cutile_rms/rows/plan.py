@@ -723,6 +723,22 @@ LONG_UNROLL_WORD_ELEMS = 4
 # 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
 LONG_FP32_MAX_BLOCKS = 2
+# The static long forward (a block a row, the chunk count compiled in: ``long_static_chunk`` and
+# the aligned rows of ``long_fit``) of 16-bit rows loads the next whole chunk before it stores this
+# one in its second pass (kernels.rows_fwd_long's PREFETCH, as the flat forward's FLAT_PREFETCH_*)
+# where that leaves at most LONG_PREFETCH_MAX_BLOCKS blocks an SM. The lookahead holds two chunks
+# of x and w: chunk bytes / threads registers a thread, plus LONG_PREFETCH_REGS for the rest (CPU
+# SASS, session 48: 8 KB chunks on 8 warps compile to 56-64 registers; 16 KB chunks under 4
+# blocks' cap of 64 spilled 128 bytes), so 16 KB chunks take it at 2 blocks, 8 KB ones at 4. At 2
+# blocks (16 warps an SM) each chunk's L2 round trip stalls the pass; at 4 the other blocks' loads
+# cover it. Session 48, H200, us, bf16 without -> with the lookahead (s48a, s48b): 16 KB chunks at
+# 2 blocks: 20690 83.2 -> 75.2 (from 4 blocks; fp16 83.2 -> 75.1), 24822 92.0 -> 74.0 (from 4;
+# 2 blocks alone, session 47: 5%), 26002 83.9 -> 74.4, 30450 91.4 -> 79.0, 36004 92.2 -> 85.8;
+# 8 KB chunks at 4 blocks (from 8 where the rules gave 8): 6144 66.7 -> 66.9, 6616 70.9 -> 68.5,
+# 10000 69.4 -> 71.1, 12288 70.6 -> 68.2 (fp16 70.6 -> 68.3), 13000 70.5 -> 68.4, 15002 (4-byte
+# loads) 77.1 -> 84.2, 18432 70.6 -> 71.4: no rule there.
+LONG_PREFETCH_REGS = 32
+LONG_PREFETCH_MAX_BLOCKS = 2
 # fp32 rows that the forward row tiles hold at one block an SM (8 warps: 13313-18431 elements on
 # 132 SMs, but the rows of 4 | N of 14336-16384, which go to the core) run the static long forward
 # instead (``long_static_chunk``): one block per row, LONG_WIDE_CHUNK_BYTES chunks compiled in, at
@@ -1292,7 +1308,7 @@ def _l2_blocks(block_bytes: int, num_sms: int) -> int:
 def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
               warps: int | None = None, occupancy: int | None = None, static: bool = True,
               unroll: bool | None = None, onepass: bool | None = None, loads: int | None = None,
-              persistent: bool | None = None) -> RowsPlan:  # fmt: skip
+              persistent: bool | None = None, prefetch: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
     caller may run static layouts, which the forward takes where ``static_fit`` does and on
@@ -1304,7 +1320,10 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     forward): a persistent grid (True) or one block per row (False), None: one block per row for
     the rows of ``long_static_chunk`` (aligned ones by the chunk they run) on static layouts in at
     most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_* above), else persistent. The chunk (None):
-    ``long_static_chunk``'s for its rows (8 or 16 KB), else LONG_CHUNK_BYTES[op]."""
+    ``long_static_chunk``'s for its rows (8 or 16 KB), else LONG_CHUNK_BYTES[op]. prefetch (the
+    forward): the second pass loads the next whole chunk first (kernels.rows_fwd_long's PREFETCH),
+    None: the static long forward's 16-bit rows at LONG_PREFETCH_MAX_BLOCKS (its occupancy capped
+    to the blocks that hold the lookahead, LONG_PREFETCH_REGS)."""
     one_row_chunk = long_static_chunk(n, elem_size, num_sms, static) if op == "forward" else 0
     chunk = chunk or one_row_chunk or LONG_CHUNK_BYTES[op] // elem_size
     rows = a * b
@@ -1325,6 +1344,12 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
             most = LONG_STATIC_MAX_BLOCKS
         if one_row and elem_size == 4:
             most = LONG_FP32_MAX_BLOCKS
+        threads = 32 * (warps or LONG_WARPS[op])  # the blocks that hold the lookahead's two chunks:
+        hold = REGISTERS_PER_SM // (threads * (chunk * elem_size // threads + LONG_PREFETCH_REGS))
+        if prefetch is None:  # (LONG_PREFETCH_*)
+            prefetch = one_row and elem_size == 2 and min(most, fit, hold) <= LONG_PREFETCH_MAX_BLOCKS
+        if prefetch:
+            most = min(most, hold)
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
         one_per_row = not persistent if persistent is not None else one_row
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
@@ -1341,8 +1366,9 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     if unroll is None:
         unroll = one_row or n % LONG_UNROLL_WORD_ELEMS != 0
     unroll = static and op == "forward" and unroll
+    prefetch = op == "forward" and bool(prefetch)
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or LONG_WARPS[op], occupancy, grid, False, n % chunk != 0, loads,
-                    "long", 0, static, unroll, onepass)  # fmt: skip
+                    "long", 0, static, unroll, onepass, prefetch)  # fmt: skip
 
 
 def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True) -> int:
@@ -1605,14 +1631,15 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
     if long or (long is None and not overridden and op == "forward" and long_fit(n, elem_size, num_sms, static)):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy, static=static,
-                         unroll=unroll, onepass=onepass, loads=loads, persistent=persistent)  # fmt: skip
+                         unroll=unroll, onepass=onepass, loads=loads, persistent=persistent,
+                         prefetch=prefetch)  # fmt: skip
     if (
         long is None
         and not overridden
         and op == "forward"
         and (_long_unaligned(n, elem_size) or long_static_chunk(n, elem_size, num_sms, static))
     ):
-        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll)
+        return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll, prefetch=prefetch)
     compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan (but lanes_tile_rows), compiled
     vector = vector_lanes(n, elem_size, op) if static else 0
     static = static and static_fit(n, elem_size, op)

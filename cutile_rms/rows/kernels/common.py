@@ -81,17 +81,22 @@ def _store(a, ia, ib, j, t, CHECK: C_BOOL, LOADS: C_INT):
 
 
 @tile_function
+def _weight_raw(w, j, W: C_INT, CHECK: C_BOOL, LOADS: C_INT):
+    """(W,) piece j of the weight as stored: zero past its end where CHECK (gathered with LOADS_GATHER)."""
+    if LOADS == LOADS_GATHER and CHECK:
+        return ct.gather(w, ct.arange(W, dtype=ct.int32) + j * W, padding_value=0)
+    elif CHECK:
+        return ct.load(w, (j,), (W,), padding_mode=ZERO, allow_tma=False)
+    else:
+        return ct.load(w, (j,), (W,), check_bounds=False, allow_tma=False)
+
+
+@tile_function
 def _weight(w, j, offset, W: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT, CASTING: C_INT):
     """(1, 1, W) offset + w of piece j as CASTING's _normalize takes it (_weight_factor; fp32 1
     without a weight)."""
     if HAS_WEIGHT:
-        if LOADS == LOADS_GATHER and CHECK:
-            wt = ct.gather(w, ct.arange(W, dtype=ct.int32) + j * W, padding_value=0)
-        elif CHECK:
-            wt = ct.load(w, (j,), (W,), padding_mode=ZERO, allow_tma=False)
-        else:
-            wt = ct.load(w, (j,), (W,), check_bounds=False, allow_tma=False)
-        return ct.reshape(_weight_factor(wt, offset, CASTING), (1, 1, W))
+        return ct.reshape(_weight_factor(_weight_raw(w, j, W, CHECK, LOADS), offset, CASTING), (1, 1, W))
     else:
         return ct.full((1, 1, W), 1.0, dtype=ct.float32)
 

@@ -7,6 +7,7 @@ from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import (
     CAST_GEMMA,
     _normalize,
+    _weight_factor,
 )
 from cutile_rms.rows.kernels.common import (
     C_BOOL,
@@ -20,6 +21,7 @@ from cutile_rms.rows.kernels.common import (
     _store,
     _tile,
     _weight,
+    _weight_raw,
     row_kernel,
 )
 
@@ -36,12 +38,50 @@ def _long_chunk(a, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
 
 
 @tile_function
+def _long_xw(x, w, ia, ib, j, TILE_N: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL, LOADS: C_INT):
+    """(x, w) of chunk j of row (ia, ib), as loaded (w raw, (TILE_N,); x again without a weight)."""
+    xt = _long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS)
+    wt = xt
+    if HAS_WEIGHT:
+        wt = _weight_raw(w, j, TILE_N, CHECK, LOADS)
+    return xt, wt
+
+
+@tile_function
+def _long_y_of(xt, wt, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
+               LOADS: C_INT):  # fmt: skip
+    """Stores y of chunk j of row (ia, ib) from its x and w (_long_xw)."""
+    wp = ct.full((1, 1, TILE_N), 1.0, dtype=ct.float32)
+    if HAS_WEIGHT:
+        wp = ct.reshape(_weight_factor(wt, offset, CASTING), (1, 1, TILE_N))
+    _store(y, ia, ib, j, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), CHECK, LOADS)
+
+
+@tile_function
 def _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, CHECK: C_BOOL,
             LOADS: C_INT):  # fmt: skip
     """y of chunk j of row (ia, ib)."""
-    wp = _weight(w, j, offset, TILE_N, HAS_WEIGHT, CHECK, LOADS, CASTING)
-    yt = _normalize(_long_chunk(x, ia, ib, j, TILE_N, CHECK, LOADS), rstd, wp, CASTING, HAS_WEIGHT)
-    _store(y, ia, ib, j, ct.astype(yt, y.dtype), CHECK, LOADS)
+    xt, wt = _long_xw(x, w, ia, ib, j, TILE_N, HAS_WEIGHT, CHECK, LOADS)
+    _long_y_of(xt, wt, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, CHECK, LOADS)
+
+
+@tile_function
+def _long_y_ahead(x, w, y, ia, ib, full, rstd, offset, TILE_N: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
+                  LOADS: C_INT):  # fmt: skip
+    """y of row (ia, ib), full > 0 whole chunks and the last one past N (if any), each chunk's loads
+    issued before the previous chunk's stores."""
+    n = x.shape[2]
+    xc, wc = _long_xw(x, w, ia, ib, 0, TILE_N, HAS_WEIGHT, False, LOADS)
+    for j in range(full - 1):
+        xn, wn = _long_xw(x, w, ia, ib, j + 1, TILE_N, HAS_WEIGHT, False, LOADS)
+        _long_y_of(xc, wc, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
+        xc, wc = xn, wn
+    if full * TILE_N < n:
+        xn, wn = _long_xw(x, w, ia, ib, full, TILE_N, HAS_WEIGHT, True, LOADS)
+        _long_y_of(xc, wc, y, ia, ib, full - 1, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
+        _long_y_of(xn, wn, y, ia, ib, full, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True, LOADS)
+    else:
+        _long_y_of(xc, wc, y, ia, ib, full - 1, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
 
 
 @tile_function
@@ -84,7 +124,8 @@ def _long_squares(x, ia, ib, j, TILE_N: C_INT, CHECK: C_BOOL, LOADS: C_INT):
 
 @row_kernel
 def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, chunks, TILE_N: C_INT,
-                  CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT, UNROLL: C_BOOL):  # fmt: skip
+                  CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, LOADS: C_INT, UNROLL: C_BOOL,
+                  PREFETCH: C_BOOL):  # fmt: skip
     """rows_fwd for long rows: blocks stride over the rows; each row is read twice, for its sum
     of squares and then for y (the second time from L2: the plan's grid keeps the rows in flight
     within it). The squares add up element by element in a chunk-shaped accumulator, summed
@@ -94,7 +135,9 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
     N // TILE_N, passed at run time; UNROLL (static layouts only) takes the compile-time N //
     TILE_N instead, so that tileiras knows the trip count: 1.13-1.30x faster on rows of 32-bit
     loads, but on rows of 64-bit loads it unrolled the loops whole and spilled (the rule:
-    plan.LONG_UNROLL_WORD_ELEMS; bench/NOTES.md, session 23)."""
+    plan.LONG_UNROLL_WORD_ELEMS; bench/NOTES.md, session 23). PREFETCH: the second pass loads whole
+    chunk j + 1 before it stores chunk j (as rows_fwd_flat's: tileiras issues a chunk's loads only
+    after the previous chunk's stores; plan.LONG_PREFETCH_*)."""
     n = x.shape[2]
     b = x.shape[1]
     full = n // TILE_N if UNROLL else chunks
@@ -106,10 +149,13 @@ def rows_fwd_long(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset,
         if full * TILE_N < n:
             acc += _long_squares(x, ia, ib, full, TILE_N, True, LOADS)
         rstd = _rstd(ct.sum(acc, axis=2, keepdims=True), n, eps, LOADS)
-        for j in range(full):
-            _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
-        if full * TILE_N < n:
-            _long_y(x, w, y, ia, ib, full, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True, LOADS)
+        if PREFETCH and full > 0:
+            _long_y_ahead(x, w, y, ia, ib, full, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, LOADS)
+        else:
+            for j in range(full):
+                _long_y(x, w, y, ia, ib, j, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, False, LOADS)
+            if full * TILE_N < n:
+                _long_y(x, w, y, ia, ib, full, rstd, offset, TILE_N, CASTING, HAS_WEIGHT, True, LOADS)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (1, 1)), allow_tma=False)
 
