@@ -612,13 +612,16 @@ def _flat_jobs(add):
                 add(f"rows forward_flat {x} N={n} cast={casting} w={has_weight} rstd={store} {p}",
                     RL._VARIANTS["forward_flat", False][p.hints],
                     [dict(values, N=n)[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
-            if casting == K.CAST_LLAMA:  # the rules' 8 KB chunks at 4 blocks (rows up to 40 KB)
-                q = flat_plan("forward", 4099, 1, 12001, ELEMENT_BYTES[x], 132)
-                for n in (0, 12001):
-                    small = dict(values, N=n, **RL.constants(q, casting, has_weight, store))
-                    add(f"rows forward_flat {x} N={n} cast={casting} 8 KB chunks {q}",
-                        RL._VARIANTS["forward_flat", False][q.hints],
-                        [small[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
+            if casting == K.CAST_LLAMA:  # the rules' 8 KB chunks at 4 blocks (rows up to 40 KB), and
+                # 16-bit rows past FLAT_PREFETCH_MAX_BYTES: 16 KB chunks without the lookahead
+                for m in (12001, 65537) if x != "float32" else (12001,):
+                    q = flat_plan("forward", 4099, 1, m, ELEMENT_BYTES[x], 132)
+                    assert not q.prefetch, q
+                    for n in (0, m):
+                        small = dict(values, N=n, **RL.constants(q, casting, has_weight, store))
+                        add(f"rows forward_flat {x} N={n} cast={casting} {q.widths[0]} chunks {q}",
+                            RL._VARIANTS["forward_flat", False][q.hints],
+                            [small[k] for k in RL.KERNELS["forward_flat"][1]])  # fmt: skip
             if has_weight:
                 values = dict(w=weight, w_shift=shifted, first=I32, TILE_N=p.widths[0])
                 add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],

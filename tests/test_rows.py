@@ -620,17 +620,19 @@ def test_flat_rows(dev, shape, chunk, what, casting, dtype, has_weight, offset, 
     """Every output of the flat rows forward and backward (their shifted weights NaN-poisoned
     before rows_weight_shift writes them), the forward's row length compiled in or at run time,
     the backward on one or two groups of V rows (rows of every head length in a group; blocks
-    with no rows), reading each row's chunk before it works on the last one or not, against
-    float64."""
+    with no rows), reading each row's chunk before it works on the last one or not, the
+    forward's 16-bit rows at the probes' chunks with the second pass's lookahead (the rules' chunk:
+    without, at these lengths), against float64."""
 
     def plan_of(op, a, b, n, es, sms):
         if op == "backward":
             p = flat_plan(op, a, b, n, es, sms, chunk=chunk, prefetch=static, dot_chunk=chunk and 2 * chunk)
             assert (p.kind, p.lanes, p.grid % p.lanes, p.prefetch) == ("flat", 16 // es, 0, static)
             return dataclasses.replace(p, grid=p.lanes * (1 + static))
-        p = flat_plan(op, a, b, n, es, sms, chunk=chunk, static=static)
+        lookahead = chunk is not None and es == 2  # the second pass's lookahead (FLAT_PREFETCH_*: 16-bit)
+        p = flat_plan(op, a, b, n, es, sms, chunk=chunk, static=static, prefetch=lookahead)
         whole = (n - 2 * (p.lanes - 1)) // p.widths[0]  # chunks every row's interior holds
-        assert (p.kind, p.lanes, p.static) == ("flat", 16 // es, static and whole >= 2)
+        assert (p.kind, p.lanes, p.static, p.prefetch) == ("flat", 16 // es, static and whole >= 2, lookahead)
         return dataclasses.replace(p, grid=3)
 
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)

@@ -858,7 +858,9 @@ FLAT_STATIC_MIN_CHUNKS = 2
 # square on its own at 27982 (an FMUL, then an FADD, where the chunks fuse it: SASS,
 # test_flat_plans_compile_without_spills), and an fp32 square is not exact, so a row's rstd would
 # depend on its position (the FFMA comment above). Shorter 16-bit rows (odd 12001-20480) are not
-# measured with it, nor those of 40-54 KB (20481-26999 elements), which take it by the rule.
+# measured with it. Those of 40-54 KB, which take it by the rule, measured in session 48 (s48a, us,
+# the old 16 KB pass -> the lookahead at 8 KB): bf16 21001 93.2 -> 89.4, 23457 87.8 -> 86.3, 25999
+# 95.1 -> 91.8.
 FLAT_PREFETCH_CHUNK_BYTES = 8 * 1024
 FLAT_PREFETCH_MAX_BYTES = 128 * 1024
 FLAT_ALIGN_BYTES = ALIGN_BYTES  # a flat row interior's alignment: its weight takes 16 // elem_size shifted copies
@@ -1504,9 +1506,10 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     elements, a power of two; forward: persistent True: a persistent grid (the rules: a block a
     row); static: whether the row length may be compiled in (kernels.rows_fwd_flat's N; the rules:
     where FLAT_STATIC_MIN_CHUNKS whole chunks fit a row's interior), prefetch (True: the second
-    pass loads the next chunk first, FLAT_PREFETCH_*); backward: prefetch (False: off), dot_chunk
-    (the row dot's chunk, widths[1]; grid: the dx kernel's row groups). ``lanes`` holds the
-    elements of 16 bytes (the kernels' V)."""
+    pass loads the next chunk first, FLAT_PREFETCH_*; it also sets the chunk, None or not:
+    FLAT_PREFETCH_CHUNK_BYTES with it, the rules' 8 or 16 KB without, unless chunk is given);
+    backward: prefetch (False: off), dot_chunk (the row dot's chunk, widths[1]; grid: the dx
+    kernel's row groups). ``lanes`` holds the elements of 16 bytes (the kernels' V)."""
     v = FLAT_ALIGN_BYTES // elem_size
     if n < 2 * v:
         raise ValueError(f"the flat rows kernel needs rows of at least {2 * v} elements, got {n}")
