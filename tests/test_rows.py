@@ -520,6 +520,7 @@ LONG_CASES = [
     ((3, 18434), "2-D, even"),
     ((3, 20002), "2-D, even, runtime layouts"),
     ((3, 20006), "2-D, even, chunk count at run time"),
+    ((3, 24822), "2-D, even, 16 KB chunks, the lookahead"),
 ]
 
 
@@ -584,7 +585,7 @@ def test_long_forward_prefetch_same_bits(dev, shape, dtype, chunk, what, static,
         def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
             p = long_plan("forward", a, b, n, es, device.num_sms, chunk=chunk, static=static, prefetch=prefetch)
             assert (p.kind, p.prefetch) == ("long", prefetch), p
-            p = dataclasses.replace(p, grid=3)
+            p = dataclasses.replace(p, grid=3, occupancy=2)  # (the lookahead alone: one register cap)
             RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
                            stream)  # fmt: skip
 
@@ -680,11 +681,17 @@ def test_long_prefetch_rule():
         p = plan("forward", 99999, 1, n, 2, SMS)
         assert (p.kind, p.grid, p.widths[0], p.occupancy, p.prefetch) == ("long", 99999, chunk, blocks, prefetch), p
         assert not plan("forward", 99999, 1, n, 2, SMS, static=False).prefetch
+        assert not long_plan("forward", 99999, 1, n, 2, SMS, persistent=True).prefetch
+        assert not long_plan("forward", 99999, 1, n, 2, SMS, occupancy=4).prefetch
         assert not long_plan("backward", 99999, 1, n, 2, SMS).prefetch
         hold = REGISTERS_PER_SM // (32 * p.warps * (p.widths[0] * 2 // (32 * p.warps) + LONG_PREFETCH_REGS))
         assert p.prefetch == (hold <= LONG_PREFETCH_MAX_BLOCKS)
     p = plan("forward", 99999, 1, 15002, 4, SMS)
     assert (p.kind, p.grid, p.prefetch) == ("long", 99999, False), p
+    p = plan("forward", 99999, 1, 30450, 2, SMS)  # a weight or y wider than x: without it (the launcher)
+    x, w16, w32 = torch.empty(3, dtype=torch.bfloat16), torch.empty(3, dtype=torch.bfloat16), torch.empty(3)
+    assert RL.narrow_lookahead(p, x, w16, x).prefetch and RL.narrow_lookahead(p, x, None, x).prefetch
+    assert not RL.narrow_lookahead(p, x, w32, x).prefetch and not RL.narrow_lookahead(p, x, w16, w32).prefetch
     assert not long_plan("forward", 99999, 1, 30450, 2, SMS, persistent=True, static=False).prefetch
 
 

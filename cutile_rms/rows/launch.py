@@ -15,6 +15,7 @@ layouts (``static_layout``), so that a caller with ever new row lengths does not
 bound.
 """
 
+import dataclasses
 import threading
 
 from cutile_rms import interpret
@@ -27,7 +28,7 @@ from cutile_rms.rows.plan import FLAT_MAX_ELEMS, RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
 
 __all__ = ["BACKWARD_PARAMS", "FLAT_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments",
-           "constants", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
+           "constants", "narrow_lookahead", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS",
@@ -134,6 +135,14 @@ def arguments(op: str, values: dict) -> tuple:
     return tuple(values[name] for name in KERNELS[op][1])
 
 
+def narrow_lookahead(p: RowsPlan, x, weight, y) -> RowsPlan:
+    """p, without the long forward's lookahead where the weight or y is wider than x: the plan
+    counts its registers by x's element size (plan.LONG_PREFETCH_*)."""
+    if p.kind == "long" and p.prefetch and max(y.itemsize, 0 if weight is None else weight.itemsize) > x.itemsize:
+        return dataclasses.replace(p, prefetch=False)
+    return p
+
+
 def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream,
                 residual=None, s=None, s_dtype_like=None, empty=None) -> None:  # fmt: skip
     """y = rms_norm(x) * (offset + weight); rstd stored unless it is None. device: the
@@ -147,6 +156,7 @@ def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, cast
         raise ValueError(f"the {p.kind} forward{' with prefetch' if p.prefetch else ''} has no residual add")
     if casting == CK.CAST_LLAMA_NATIVE and (residual is not None or not native_fits(x, weight, y, offset)):
         raise ValueError("CAST_LLAMA_NATIVE needs a weight of x's dtype, y of that dtype, offset 0 and no residual")
+    p = narrow_lookahead(p, x, weight, y)
     if p.kind == "flat":
         _run_forward_flat(p, x, weight, y, rstd, eps, offset, casting, stream, empty)
         return

@@ -729,7 +729,10 @@ LONG_FP32_MAX_BLOCKS = 2
 # where that leaves at most LONG_PREFETCH_MAX_BLOCKS blocks an SM. The lookahead holds two chunks
 # of x and w: chunk bytes / threads registers a thread, plus LONG_PREFETCH_REGS for the rest (CPU
 # SASS, session 48: 8 KB chunks on 8 warps compile to 56-64 registers; 16 KB chunks under 4
-# blocks' cap of 64 spilled 128 bytes), so 16 KB chunks take it at 2 blocks, 8 KB ones at 4. At 2
+# blocks' cap of 64 held at 20690, 63 registers, but spilled 128 bytes at 24822), so 16 KB chunks
+# take it at 2 blocks, 8 KB ones at 4. A weight or y wider than x (the plan counts x's element
+# size for them) runs without it (rows.launch.run_forward: bf16 x with an fp32 weight at 30450 and
+# 36004 spilled 88 and 112 bytes, CPU SASS, session 48's review). At 2
 # blocks (16 warps an SM) each chunk's L2 round trip stalls the pass; at 4 the other blocks' loads
 # cover it. Session 48, H200, us, bf16 without -> with the lookahead (s48a, s48b): 16 KB chunks at
 # 2 blocks: 20690 83.2 -> 75.2 (from 4 blocks; fp16 83.2 -> 75.1), 24822 92.0 -> 74.0 (from 4;
@@ -1346,14 +1349,15 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
             most = LONG_STATIC_MAX_BLOCKS
         if one_row and elem_size == 4:
             most = LONG_FP32_MAX_BLOCKS
+        one_per_row = not persistent if persistent is not None else one_row
         threads = 32 * (warps or LONG_WARPS[op])  # the blocks that hold the lookahead's two chunks:
         hold = REGISTERS_PER_SM // (threads * (chunk * elem_size // threads + LONG_PREFETCH_REGS))
-        if prefetch is None:  # (LONG_PREFETCH_*)
-            prefetch = one_row and elem_size == 2 and min(most, fit, hold) <= LONG_PREFETCH_MAX_BLOCKS
+        if prefetch is None:  # (LONG_PREFETCH_*; a block a row only, at the caller's occupancy if given)
+            blocks = occupancy or min(most, fit, hold)
+            prefetch = one_row and one_per_row and elem_size == 2 and blocks <= LONG_PREFETCH_MAX_BLOCKS
         if prefetch:
             most = min(most, hold)
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
-        one_per_row = not persistent if persistent is not None else one_row
         grid = rows if one_per_row else max(1, min(rows, num_sms * occupancy))
     elif onepass:
         fit = _l2_blocks(per_block, num_sms)
