@@ -131,7 +131,7 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
 
 def _loops(path: str) -> int:
     """--loops: loop_report of every forward row-tile or lanes candidate in a rows_probe list (a flat
-    one: its whole kernel's resources and memory instructions)."""
+    or long one: its whole kernel's resources and memory instructions)."""
     import json
 
     from bench.probes.rows_candidates import plan_of

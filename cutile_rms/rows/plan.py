@@ -1092,7 +1092,8 @@ class RowsPlan:
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only; the flat
-    forward's second pass, the next chunk first: FLAT_PREFETCH_*). loop
+    and the static long forwards' second pass, the next chunk first: FLAT_PREFETCH_*,
+    LONG_PREFETCH_*). loop
     (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``,
     ``lone_tiles``, ``lone_tma``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t without a
     loop (LOOP)."""
@@ -1615,7 +1616,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
     rules never set it, and the caller picks the hint it compiles at, session 31; a flat forward's:
-    ``flat_plan``, which also picks its chunk by it); flat: whether the
+    ``flat_plan``, which also picks its chunk by it; a long forward's: ``long_plan``); flat: whether the
     caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
     (probes), False never (the default: callers that cannot give a flat array and the shifted
