@@ -228,6 +228,9 @@ def test_input_matrix(dev):
             return  # the time budget is spent (once a case failed, hypothesis's shrinking replays run in full)
         try:
             _check_matrix_case(c, dev, gen)
+        except AssertionError as e:  # the case first: a short summary line still names it
+            failed.append(c)
+            raise AssertionError(f"case {c}: {e}") from e
         except BaseException:
             failed.append(c)
             raise
