@@ -552,6 +552,30 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     _check_planned(dev, shape, dtype, casting, has_weight, offset, gen, plan_of)
 
 
+def _with_and_without_lookahead(dev, shape, dtype, gen, plan_of):
+    """(x, [(y, rstd) without, (y, rstd) with]) of a llama forward on plan_of(prefetch, a, b, n,
+    es, sms)'s plans, NaN-poisoned first, the second checked against float64."""
+    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
+    a, b = row_groups(x)
+    n = shape[-1]
+    outs = []
+    for prefetch in (False, True):
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
+
+        def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
+            p = plan_of(prefetch, a, b, n, x.element_size(), device.num_sms)
+            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
+                           stream, empty=lambda shape: torch.empty(shape, dtype=dtype, device=x.device))  # fmt: skip
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+    return x, outs
+
+
 # The long forward's second pass with and without its lookahead (kernels.rows_fwd_long's PREFETCH):
 # rows of whole chunks and a last one past N, aligned (plain loads) and not (gathers), a row
 # shorter than one chunk (no whole chunk: the plain pass), fp32's 16 KB chunks.
@@ -575,26 +599,14 @@ def test_long_forward_prefetch_same_bits(dev, shape, dtype, chunk, what, static,
     tileiras may lay the first pass's accumulator out differently, which orders the block's sum
     differently (bf16 6144, static, on the H200: 1 row in 9 by 2 ulp). A plan takes the lookahead by
     N and dtype only, so a row's bits do not depend on the rows beside it."""
-    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
-    a, b = row_groups(x)
-    n, es = shape[-1], x.element_size()
-    outs = []
-    for prefetch in (False, True):
-        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
 
-        def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
-            p = long_plan("forward", a, b, n, es, device.num_sms, chunk=chunk, static=static, prefetch=prefetch)
-            assert (p.kind, p.prefetch) == ("long", prefetch), p
-            p = dataclasses.replace(p, grid=3, occupancy=2)  # (the lookahead alone: one register cap)
-            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
-                           stream)  # fmt: skip
+    def plan_of(prefetch, a, b, n, es, sms):
+        p = long_plan("forward", a, b, n, es, sms, chunk=chunk, static=static, prefetch=prefetch)
+        assert (p.kind, p.prefetch) == ("long", prefetch), p
+        return dataclasses.replace(p, grid=3, occupancy=2)  # (the lookahead alone: one register cap)
 
-        launch_on_device(x, run)
-        outs.append((y, rstd))
-    if x.device.type == "cuda":
-        torch.cuda.synchronize()
-    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
-    check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+    x, outs = _with_and_without_lookahead(dev, shape, dtype, gen, plan_of)
+    es = x.element_size()
     same = outs[0][1].view(torch.int32) == outs[1][1].view(torch.int32)  # rows of one rstd
     assert same.float().mean() >= 0.5, same
     bits = torch.int32 if es == 4 else torch.int16
@@ -646,26 +658,13 @@ def test_flat_forward_prefetch_same_bits(dev, shape, chunk, dtype, static, gen):
     """The flat forward's second pass with the lookahead (PREFETCH: chunk j + 1 loaded before chunk
     j is stored, plan.FLAT_PREFETCH_*) gives the bits of the pass without it, y and rstd, the row
     length compiled in or at run time, 3 blocks over more rows; y and rstd against float64."""
-    x, _, w = make_inputs(shape, dtype, dev, has_weight=True, offset=0.0, generator=gen)
-    a, b = row_groups(x)
-    n = shape[-1]
-    outs = []
-    for prefetch in (False, True):
-        y, rstd = nan_like(x.shape, dtype, x.device), nan_like(x.shape[:-1], torch.float32, x.device)
 
-        def run(device, stream, prefetch=prefetch, y=y, rstd=rstd):
-            p = flat_plan("forward", a, b, n, 2, device.num_sms, chunk=chunk, static=static, prefetch=prefetch)
-            assert (p.kind, p.prefetch, p.static) == ("flat", prefetch, static), p
-            p = dataclasses.replace(p, grid=3)
-            RL.run_forward(p, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, 0.0, CK.CAST_LLAMA, device,
-                           stream, empty=lambda shape: torch.empty(shape, dtype=dtype, device=x.device))  # fmt: skip
+    def plan_of(prefetch, a, b, n, es, sms):
+        p = flat_plan("forward", a, b, n, es, sms, chunk=chunk, static=static, prefetch=prefetch)
+        assert (p.kind, p.prefetch, p.static) == ("flat", prefetch, static), p
+        return dataclasses.replace(p, grid=3)
 
-        launch_on_device(x, run)
-        outs.append((y, rstd))
-    if x.device.type == "cuda":
-        torch.cuda.synchronize()
-    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
-    check_all({"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+    _, outs = _with_and_without_lookahead(dev, shape, dtype, gen, plan_of)
     assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
     assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
 
