@@ -731,12 +731,12 @@ LONG_FP32_MAX_BLOCKS = 2
 # SASS, session 48: 8 KB chunks on 8 warps compile to 56-64 registers; 16 KB chunks under 4
 # blocks' cap of 64 held at 20690, 63 registers, but spilled 128 bytes at 24822), so 16 KB chunks
 # take it at 2 blocks, 8 KB ones at 4. A weight or y wider than x (the plan counts x's element
-# size for them) runs without it (rows.launch.run_forward: bf16 x with an fp32 weight at 30450 and
+# size for them) runs without it (rows.launch.narrow_lookahead: bf16 x with an fp32 weight at 30450 and
 # 36004 spilled 88 and 112 bytes, CPU SASS, session 48's review). At 2
 # blocks (16 warps an SM) each chunk's L2 round trip stalls the pass; at 4 the other blocks' loads
 # cover it. Session 48, H200, us, bf16 without -> with the lookahead (s48a, s48b): 16 KB chunks at
 # 2 blocks: 20690 83.2 -> 75.2 (from 4 blocks; fp16 83.2 -> 75.1), 24822 92.0 -> 74.0 (from 4;
-# 2 blocks alone, session 47: 5%), 26002 83.9 -> 74.4, 30450 91.4 -> 79.0, 36004 92.2 -> 85.8;
+# 3 blocks alone, session 47: 5%), 26002 83.9 -> 74.4, 30450 91.4 -> 79.0, 36004 92.2 -> 85.8;
 # 8 KB chunks at 4 blocks (from 8 where the rules gave 8): 6144 66.7 -> 66.9, 6616 70.9 -> 68.5,
 # 10000 69.4 -> 71.1, 12288 70.6 -> 68.2 (fp16 70.6 -> 68.3), 13000 70.5 -> 68.4, 15002 (4-byte
 # loads) 77.1 -> 84.2, 18432 70.6 -> 71.4: no rule there.
