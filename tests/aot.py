@@ -548,10 +548,11 @@ def _long_jobs(add):
                 p = long_plan(op, 4099, 1, 25263, es, 132, onepass=True)
                 job(p, 25263, x, casting, has_weight, ("backward_long_onepass",), "unaligned")
             if x == "float32":
-                if op == "forward":  # rows the row tiles hold at one block an SM: a block a row (session 30)
-                    for n in (13406, 14001, 17284):  # (no divisibility claimed: N and the strides are constants)
+                if op == "forward":  # rows the row tiles hold at one block an SM: a block a row (session 30),
+                    # and those past them (session 49), with the second pass's lookahead
+                    for n in (13406, 14001, 17284, 18856, 19001):  # (no divisibility claimed: N, strides constant)
                         p = long_plan(op, 4099, 1, n, es, 132)
-                        assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == 4096, p
+                        assert p.static and p.unroll and p.grid == 4099 and p.widths[0] == 4096 and p.prefetch, p
                         job(p, n, x, casting, has_weight, kernels, "fp32 static, a block a row")
                 continue
             aligned, _ALIGNED[0] = _ALIGNED[0], True

@@ -29,6 +29,7 @@ from cutile_rms.rows.plan import (
     LONE_TMA_WARPS,
     LONG_PREFETCH_MAX_BLOCKS,
     LONG_PREFETCH_REGS,
+    LONG_WIDE_CHUNK_BYTES,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
     OPS,
@@ -540,8 +541,12 @@ def test_long_rows(dev, shape, what, casting, dtype, has_weight, offset, gen):
     else:
         assert bwd is None  # fp32: the core's split kernels (session 37); the long backward on probes' plans
     fwd = plan("forward", 3, 1, n, es, SMS)
-    assert (fwd.kind, fwd.static) == ("long", static_fit(n, es)) if es == 2 else fwd is None  # fp32: the core's
     one_row = long_static_chunk(n, es, SMS)  # a block a row, the chunk count compiled in (session 29)
+    if es == 2:
+        assert (fwd.kind, fwd.static) == ("long", static_fit(n, es))
+    else:  # fp32: the static long forward with the lookahead up to 5 chunks of 16 KB (session 49), else the core's
+        assert (fwd.kind, fwd.static, fwd.prefetch) == ("long", True, True) if n <= 20480 else fwd is None, fwd
+        assert bool(one_row) == (n <= 20480)
     assert es != 2 or fwd.unroll == (fwd.static and (n % 4 == 2 or bool(one_row)))  # else: 32-bit loads
     many = plan("forward", 99999, 1, n, es, SMS)
     assert es != 2 or ((many.grid == 99999) == bool(one_row) and many.widths[0] == (one_row or 4096))
@@ -670,23 +675,24 @@ def test_flat_forward_prefetch_same_bits(dev, shape, chunk, dtype, static, gen):
 
 
 def test_long_prefetch_rule():
-    """The static long forward (a block a row) of 16-bit rows takes the second pass's lookahead
-    where it runs at LONG_PREFETCH_MAX_BLOCKS blocks an SM, its occupancy capped to the blocks that
-    hold two chunks (LONG_PREFETCH_REGS): 16 KB chunks at 2; never 8 KB chunks (4 or 8 blocks), fp32
-    rows, runtime layouts, a persistent grid or the backward."""
-    for n, (chunk, blocks, prefetch) in {20690: (8192, 2, True), 24822: (8192, 2, True), 30450: (8192, 2, True),
-                                         15002: (4096, 4, False), 18432: (4096, 4, False),
-                                         12288: (4096, 8, False)}.items():  # fmt: skip
-        p = plan("forward", 99999, 1, n, 2, SMS)
+    """The static long forward (a block a row) takes the second pass's lookahead where it runs at
+    LONG_PREFETCH_MAX_BLOCKS blocks an SM, its occupancy capped to the blocks that hold two chunks
+    (LONG_PREFETCH_REGS): 16 KB chunks at 2 (16-bit and fp32 rows); never 8 KB chunks (4 or 8
+    blocks), runtime layouts, a persistent grid or the backward."""
+    cases = {(20690, 2): (8192, 2, True), (24822, 2): (8192, 2, True), (30450, 2): (8192, 2, True),
+             (15002, 2): (4096, 4, False), (18432, 2): (4096, 4, False), (12288, 2): (4096, 8, False),
+             (15002, 4): (4096, 2, True), (13406, 4): (4096, 2, True), (18856, 4): (4096, 2, True),
+             (19001, 4): (4096, 2, True)}  # fmt: skip
+    for (n, es), (chunk, blocks, prefetch) in cases.items():
+        p = plan("forward", 99999, 1, n, es, SMS)
         assert (p.kind, p.grid, p.widths[0], p.occupancy, p.prefetch) == ("long", 99999, chunk, blocks, prefetch), p
-        assert not plan("forward", 99999, 1, n, 2, SMS, static=False).prefetch
-        assert not long_plan("forward", 99999, 1, n, 2, SMS, persistent=True).prefetch
-        assert not long_plan("forward", 99999, 1, n, 2, SMS, occupancy=4).prefetch
-        assert not long_plan("backward", 99999, 1, n, 2, SMS).prefetch
-        hold = REGISTERS_PER_SM // (32 * p.warps * (p.widths[0] * 2 // (32 * p.warps) + LONG_PREFETCH_REGS))
+        q = plan("forward", 99999, 1, n, es, SMS, static=False)  # (fp32: the row tiles or the core there)
+        assert q is None or not q.prefetch, q
+        assert not long_plan("forward", 99999, 1, n, es, SMS, persistent=True).prefetch
+        assert not long_plan("forward", 99999, 1, n, es, SMS, occupancy=4).prefetch
+        assert not long_plan("backward", 99999, 1, n, es, SMS).prefetch
+        hold = REGISTERS_PER_SM // (32 * p.warps * (p.widths[0] * es // (32 * p.warps) + LONG_PREFETCH_REGS))
         assert p.prefetch == (hold <= LONG_PREFETCH_MAX_BLOCKS)
-    p = plan("forward", 99999, 1, 15002, 4, SMS)
-    assert (p.kind, p.grid, p.prefetch) == ("long", 99999, False), p
     p = plan("forward", 99999, 1, 30450, 2, SMS)  # a weight or y wider than x: without it (the launcher)
     x, w16, w32 = torch.empty(3, dtype=torch.bfloat16), torch.empty(3, dtype=torch.bfloat16), torch.empty(3)
     assert RL.narrow_lookahead(p, x, w16, x).prefetch and RL.narrow_lookahead(p, x, None, x).prefetch
@@ -717,15 +723,20 @@ def test_flat_rule():
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         q = plan("forward", 1176, 1, n, 2, SMS)
         assert q is None or q.kind != "flat"  # flat=False (the default)
-    for n in (16001, 17425, 18002, 27982, 33786, 34753):  # fp32 odd and 2 mod 4 from 64000 bytes, 16 KB chunks
-        p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
+    for n in (16001, 17425, 18002, 20481, 27982, 33786, 34753):  # fp32 odd and 2 mod 4 from 64000 bytes
+        # (16 KB chunks; up to 20480 elements on static layouts the static long forward: LONG_FP32_*)
+        past = n > UNROLL_CHUNKS * LONG_WIDE_CHUNK_BYTES // 4
+        p = plan("forward", 1176, 1, n, 4, SMS, flat=None, static=past)
         assert flat_fit(n, 4, num_sms=SMS) and (p.kind, p.widths[0], p.occupancy, p.static, p.prefetch) == (
             "flat",
             4096,
             2,
-            True,
+            past,
             False,  # (the lookahead's rounded tail square: FLAT_PREFETCH_*)
         ), n
+        if not past:
+            p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
+            assert (p.kind, p.grid, p.static, p.prefetch) == ("long", 1176, True, True), (n, p)
     # fp32 past the rows whose 2 an SM fit 0.7 of L2 (34754 on 132 SMs: 36.7 MB), shorter, aligned
     for n in (34754, 34755, 34758, 37233, 41001, 15999, 14002, 20004):
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None)
@@ -1039,7 +1050,8 @@ def test_long_rows_onepass(dev, shape, what, casting, dtype, has_weight, offset,
 
     def plan_of(op, a, b, n, es, sms):
         p = long_plan(op, a, b, n, es, sms, onepass=True)
-        assert p.onepass == (op == "backward") and p.static == (es == 2 and n % 2 == 0)
+        fp32_static = op == "forward" and es == 4 and bool(long_static_chunk(n, es, sms))  # (session 49)
+        assert p.onepass == (op == "backward") and p.static == ((es == 2 and n % 2 == 0) or fp32_static)
         assert op == "forward" or a * b > p.grid  # blocks take several rows: dW partials stored, then added to
         return p
 
@@ -1109,7 +1121,9 @@ def test_long_rows_aligned(dev, shape, what, dtype, chunk, static, gen):
                                         ("backward", "float32", 16261), ("forward", "bfloat16", 53908),
                                         ("forward", "float16", 64450), ("forward", "bfloat16", 17284),
                                         ("forward", "float16", 28044), ("forward", "bfloat16", 9434),
-                                        ("forward", "bfloat16", 24822), ("forward", "float16", 36004)])  # fmt: skip
+                                        ("forward", "bfloat16", 24822), ("forward", "float16", 36004),
+                                        ("forward", "float32", 13406), ("forward", "float32", 18856),
+                                        ("forward", "float32", 19001)])  # fmt: skip
 def test_long_plans_compile_without_spills(op, dtype, n, sass):
     """The long-row kernels of the rules' plans hold their registers (no stack): a hint whose
     register cap the unrolled chunk loop overflows spills, and ran 1.2-2x slower on the H200

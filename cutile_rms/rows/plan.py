@@ -167,6 +167,11 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
 - session 46: the forward of odd 16-bit rows of 257-511 runs on the lanes tiles (512 lanes wide; on
   static layouts within 36 live elements a thread, ODD_LANES_FWD_LIVE_ELEMS: 0.99-1.12x the row
   tiles; under llama's fp32 multiply and gemma too).
+- sessions 47-49: the second pass of the flat forward (16-bit) and of the static long forward (rows
+  at 2 blocks an SM: 16 KB chunks, 16-bit and fp32) loads the next chunk before it stores this one
+  (FLAT_PREFETCH_*, LONG_PREFETCH_*: 1.04-1.24x); session 49: fp32 rows past the row tiles up to 5
+  chunks of 16 KB (but line-aligned ones) and the odd and 2 mod 4 ones of 16000-20480 that the flat
+  forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES: 1.03-1.13x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -724,7 +729,7 @@ LONG_UNROLL_WORD_ELEMS = 4
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
 LONG_FP32_MAX_BLOCKS = 2
 # The static long forward (a block a row, the chunk count compiled in: ``long_static_chunk`` and
-# the aligned rows of ``long_fit``) of 16-bit rows loads the next whole chunk before it stores this
+# the aligned rows of ``long_fit``) loads the next whole chunk before it stores this
 # one in its second pass (kernels.rows_fwd_long's PREFETCH, as the flat forward's FLAT_PREFETCH_*)
 # where that leaves at most LONG_PREFETCH_MAX_BLOCKS blocks an SM. The lookahead holds two chunks
 # of x and w: chunk bytes / threads registers a thread, plus LONG_PREFETCH_REGS for the rest (CPU
@@ -739,7 +744,10 @@ LONG_FP32_MAX_BLOCKS = 2
 # 3 blocks alone, session 47: 5%), 26002 83.9 -> 74.4, 30450 91.4 -> 79.0, 36004 92.2 -> 85.8;
 # 8 KB chunks at 4 blocks (from 8 where the rules gave 8): 6144 66.7 -> 66.9, 6616 70.9 -> 68.5,
 # 10000 69.4 -> 71.1, 12288 70.6 -> 68.2 (fp16 70.6 -> 68.3), 13000 70.5 -> 68.4, 15002 (4-byte
-# loads) 77.1 -> 84.2, 18432 70.6 -> 71.4: no rule there.
+# loads) 77.1 -> 84.2, 18432 70.6 -> 71.4: no rule there. fp32 rows (16 KB chunks at 2 blocks, the
+# LONG_FP32_* rows below; CPU SASS 84 -> 110 registers at 13406, 96 -> 116 at 15002, no stack),
+# session 49 (s49a), without -> with: 13406 150.6 -> 139.4, 14000 153.9 -> 142.0, 15002 154.2 ->
+# 140.0, 17284 160.0 -> 138.4, 18000 161.3 -> 141.8 (7-14%).
 LONG_PREFETCH_REGS = 32
 LONG_PREFETCH_MAX_BLOCKS = 2
 # fp32 rows that the forward row tiles hold at one block an SM (8 warps: 13313-18431 elements on
@@ -761,6 +769,20 @@ LONG_PREFETCH_MAX_BLOCKS = 2
 # 83.5): one of the three, given up for a rule that keeps the exact model sizes; 1024 x 13400
 # 41.1 -> 38.1 (the core's 32.6 at so few rows). The core's split kernels would run two 4 | N rows
 # of the class 4% faster still (s30b: 13832 147.9, 14100 150.1 against 154.3, 155.9).
+# Session 49, with the lookahead (LONG_PREFETCH_* above; us, H200, about 64 Mi elements): the rows
+# past the row tiles (past MAX_ROW_ELEMS, up to LONG_UNROLL_MAX_CHUNKS chunks of 16 KB, not a power
+# of two) run it too (s49b, the core -> static long: 18856 155.9 -> 143.1, 19500 154.9 -> 145.2, 20200
+# 152.0 -> 144.9; the power of two 20480 138.3 -> 142.5 keeps the core; without the lookahead 18856
+# ran 163.9), and so do the odd and 2 mod 4 rows of 64000 bytes or more that the flat forward took
+# (FLAT_MIN_BYTES; s49c, flat -> static long: 16001 153.0 -> 148.2, 17425 164.3 -> 151.1, 18002
+# 159.5 -> 140.9, 19001 164.0 -> 155.0, 20002 159.4 -> 147.5, 20479 163.9 -> 157.2). The rows that
+# keep their kernels, with the lookahead against them: the core's 4 | N 15360 134.1 against 135.2,
+# 16000 134.2 against 140.0; the row tile's exact pieces 17408 133.6 against 136.7, 18432 133.6
+# against 137.4. CPU SASS of the forced plans (s49b, 15360-20480): 114-126 registers, no stack.
+# So the rows past the row tiles whose byte length is a multiple of LONG_FP32_CORE_LINE_BYTES (a
+# cache line: every row starts on one) stay on the core: its TMA tiles ran such rows at 134-138
+# (15360, 16000, 20480) and the others past the row tiles at 152-156 (18856-20200).
+LONG_FP32_CORE_LINE_BYTES = 128
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
 # ONEPASS_MAX_BLOCKS. Session 24 (ab/s24b), H200, graph replay, us, two-kernel -> one-pass: at the 1
@@ -1355,7 +1377,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         hold = REGISTERS_PER_SM // (threads * (chunk * elem_size // threads + LONG_PREFETCH_REGS))
         if prefetch is None:  # (LONG_PREFETCH_*; a block a row only, at the caller's occupancy if given)
             blocks = occupancy or min(most, fit, hold)
-            prefetch = one_row and one_per_row and elem_size == 2 and blocks <= LONG_PREFETCH_MAX_BLOCKS
+            prefetch = one_row and one_per_row and blocks <= LONG_PREFETCH_MAX_BLOCKS
         if prefetch:
             most = min(most, hold)
         occupancy = occupancy or _prev_pow2(max(LONG_MIN_BLOCKS, min(most, fit)))
@@ -1385,16 +1407,19 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES, even unaligned ones that load 4 or 8 bytes at
     a time (not a multiple of 8 elements) in LONG_CHUNK_BYTES chunks up to as many of them, past
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
-    and LONG_WIDE_CHUNK_BYTES); fp32 rows whose forward row tile (on runtime layouts) holds one
-    block an SM and pads lanes past N, in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comment
-    after it)."""
+    and LONG_WIDE_CHUNK_BYTES); fp32 rows that are not a power of two, up to as many
+    LONG_WIDE_CHUNK_BYTES chunks, whose forward row tile (on runtime layouts) holds one block an SM
+    and pads lanes past N, or past the row tiles (MAX_ROW_ELEMS) whose byte length is not a multiple
+    of LONG_FP32_CORE_LINE_BYTES, in LONG_WIDE_CHUNK_BYTES chunks (the comments after
+    LONG_PREFETCH_MAX_BLOCKS); ``plan`` runs the fp32 ones rather than the flat forward."""
     row = n * elem_size
-    if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM (above LONG_WIDE_CHUNK_BYTES)
-        if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:
+    if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM, or past them (LONG_FP32_*)
+        if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES or n & (n - 1) == 0:
             return 0
         tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
         padded = tile is not None and tile.occupancy == 1 and tile.check_n  # (exact pieces: s30d)
-        return LONG_WIDE_CHUNK_BYTES // elem_size if padded else 0
+        past = n > MAX_ROW_ELEMS["forward"] and row % LONG_FP32_CORE_LINE_BYTES != 0  # (the core's below)
+        return LONG_WIDE_CHUNK_BYTES // elem_size if padded or past else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
     if vector_rows(n, elem_size, static):
@@ -1634,6 +1659,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
     fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op, num_sms=num_sms)
+    if fits and op == "forward" and elem_size == 4 and long_static_chunk(n, elem_size, num_sms, static):
+        fits = False  # fp32 rows of the static long forward, which runs them faster (LONG_FP32_*)
     if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
