@@ -171,7 +171,11 @@ def test_plan_rules():
     b = plan("backward", 524288, 1, 128, 2, SMS)  # persistent: dW partials of grid x N
     assert b.grid == SMS * b.occupancy and b.tile_a == 32
     assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 2, SMS).kind == "long"  # long_fit
-    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 4, SMS) is None  # fp32: the core kernels
+    # fp32: the static long forward up to 5 chunks of 16 KB, but line-aligned rows (session 49), else the core
+    assert plan("forward", 64, 1, MAX_ROW_ELEMS["forward"] + 16, 4, SMS).kind == "long"
+    for n in (MAX_ROW_ELEMS["forward"] + 32, 20480, 20484, 14592):
+        assert plan("forward", 64, 1, n, 4, SMS) is None, n
+    assert plan("forward", 64, 1, 14340, 4, SMS).kind == "long"  # (4 | N, the core's at one block an SM)
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 4, 4, SMS) is None  # aligned: the core kernels
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 2, SMS).kind == "long"  # unaligned: long rows
     assert plan("backward", 64, 1, MAX_ROW_ELEMS["backward"] + 1, 4, SMS) is None  # fp32: the core (session 37)
@@ -235,7 +239,7 @@ def test_plan_rules():
     # block a row without the loop at LONE_TMA_HINT; not for views (B > 1), the fused add's plans
     # (fill=False), an asked persistent grid, nor 16-bit rows (their plain lone tile above)
     tma = LONE_TMA_TILES_PER_SM * SMS
-    for n in (16384, 16380, 15328, 14340, 14336):
+    for n in (16384, 15328, 14336):  # line-aligned (the others: the static long forward at every M, session 49)
         assert plan("forward", tma - 1, 1, n, 4, SMS, core_bits=True) is None, n
         f = plan("forward", tma, 1, n, 4, SMS, core_bits=True)
         assert (f.kind, f.tile_a, f.tile_b, f.widths, f.warps, f.occupancy, f.grid, f.loop, f.loads) == (
@@ -245,6 +249,9 @@ def test_plan_rules():
         for kw in ({"fill": False}, {"persistent": True}):
             assert plan("forward", 4 * tma, 1, n, 4, SMS, core_bits=True, **kw) is None, (n, kw)
         assert plan("forward", 4 * tma, 2, n, 4, SMS, core_bits=True) is None  # views: the core
+    for n in (16380, 14340):
+        plans = {plan("forward", m, 1, n, 4, SMS, core_bits=bits) for m in (tma - 1, tma, 4 * tma) for bits in (0, 1)}
+        assert {(p.kind, p.static, p.prefetch, p.widths[0]) for p in plans} == {("long", True, True, 4096)}, plans
     assert lone_tma("forward", 1, 16384, 4, tma, SMS, True) and not lone_tma("forward", 1, 16384, 4, tma - 1, SMS, True)
     assert not lone_tma("forward", 1, 16384, 4, tma, SMS)  # (core_bits False)
     assert not lone_tma("forward", 1, 32768, 4, tma, SMS, True)  # wider tiles spill at the hint (LONE_TMA_MAX_ELEMS)
@@ -261,7 +268,7 @@ def test_plan_rules():
     f = plan("forward", 4 * lone, 1, 16385, 4, SMS, static=False)  # runtime layouts: a padded last piece
     assert f.kind == "tile" and f.check_n and f.occupancy == 1 and f.loop, f  # (not measured: the loop)
     assert plan("forward", 4 * lone, 1, 16384, 2, SMS, persistent=True) is None  # (an asked persistent grid)
-    f = plan("forward", 4 * lone, 1, 15036, 4, SMS, any_length=True)  # gathered (4 mod 16): the loop
+    f = plan("forward", 4 * lone, 1, 15036, 4, SMS, any_length=True, long=False)  # gathered (4 mod 16): the loop
     assert f.loads == K.LOADS_GATHER and f.loop, f
     assert plan("forward", 4 * lone, 1, 16384, 2, SMS, fill=False) is None  # (the fused add's plans)
     assert plan("forward", 4 * lone, 1, 17408, 4, SMS, fill=False).loop
@@ -1233,7 +1240,7 @@ def _lone_tma_plans(op, a, b, n, es, sms):
     return dataclasses.replace(plan(op, LONE_TMA_TILES_PER_SM * sms, b, n, es, sms, core_bits=True), grid=a)
 
 
-@pytest.mark.parametrize("n", [16384, 14340])
+@pytest.mark.parametrize("n", [16384, 15328])
 @pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
 def test_lone_tma_rows(dev, n, has_weight, offset, gen):
     """y and rstd of fp32's lone TMA tile (one padded piece where N is not a power of two) against

@@ -169,9 +169,10 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   tiles; under llama's fp32 multiply and gemma too).
 - sessions 47-49: the second pass of the flat forward (16-bit) and of the static long forward (rows
   at 2 blocks an SM: 16 KB chunks, 16-bit and fp32) loads the next chunk before it stores this one
-  (FLAT_PREFETCH_*, LONG_PREFETCH_*: 1.04-1.24x); session 49: fp32 rows past the row tiles up to 5
-  chunks of 16 KB (but line-aligned ones) and the odd and 2 mod 4 ones of 16000-20480 that the flat
-  forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES: 1.03-1.13x).
+  (FLAT_PREFETCH_*, LONG_PREFETCH_*: 1.04-1.24x); session 49: fp32 rows up to 5 chunks of 16 KB
+  that the row tiles left to the core (but line-aligned ones) and the odd and 2 mod 4 ones of
+  16000-20480 that the flat forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES:
+  1.03-1.18x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -779,9 +780,13 @@ LONG_PREFETCH_MAX_BLOCKS = 2
 # keep their kernels, with the lookahead against them: the core's 4 | N 15360 134.1 against 135.2,
 # 16000 134.2 against 140.0; the row tile's exact pieces 17408 133.6 against 136.7, 18432 133.6
 # against 137.4. CPU SASS of the forced plans (s49b, 15360-20480): 114-126 registers, no stack.
-# So the rows past the row tiles whose byte length is a multiple of LONG_FP32_CORE_LINE_BYTES (a
-# cache line: every row starts on one) stay on the core: its TMA tiles ran such rows at 134-138
-# (15360, 16000, 20480) and the others past the row tiles at 152-156 (18856-20200).
+# So the core keeps the rows whose byte length is a multiple of LONG_FP32_CORE_LINE_BYTES (a cache
+# line: every row starts on one): its TMA tiles ran such rows at 134-138 (15360, 16000, 20480) and
+# the others past the row tiles at 152-156 (18856-20200). s49d, the core -> static long: line-aligned
+# 18464 140.3 -> 141.1, 19456 139.0 -> 137.4, 19968 138.2 -> 141.4, 14592 133.9 -> 139.6; the 4 | N
+# rows of 14336-16384 that are not line-aligned, which the core took at one block an SM, 14340 169.7
+# -> 143.8, 15004 170.4 -> 144.4, 16004 168.7 -> 145.1. The rule: every row the row tiles leave to
+# the core (past MAX_ROW_ELEMS, and those 4 | N rows), up to 5 chunks, but the line-aligned ones.
 LONG_FP32_CORE_LINE_BYTES = 128
 # The one-pass long backward (kernels.rows_bwd_long_onepass, ``long_plan``'s onepass): blocks per SM
 # such that the rows in flight (x and dy) and the blocks' dW partials fit LONG_L2_SHARE of L2, 1 to
@@ -1409,8 +1414,9 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
     and LONG_WIDE_CHUNK_BYTES); fp32 rows that are not a power of two, up to as many
     LONG_WIDE_CHUNK_BYTES chunks, whose forward row tile (on runtime layouts) holds one block an SM
-    and pads lanes past N, or past the row tiles (MAX_ROW_ELEMS) whose byte length is not a multiple
-    of LONG_FP32_CORE_LINE_BYTES, in LONG_WIDE_CHUNK_BYTES chunks (the comments after
+    and pads lanes past N, or that the row tiles leave to the core (past MAX_ROW_ELEMS, and 4 | N
+    rows of 14336-16384) whose byte length is not a multiple of LONG_FP32_CORE_LINE_BYTES, in
+    LONG_WIDE_CHUNK_BYTES chunks (the comments after
     LONG_PREFETCH_MAX_BLOCKS); ``plan`` runs the fp32 ones rather than the flat forward."""
     row = n * elem_size
     if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM, or past them (LONG_FP32_*)
@@ -1418,8 +1424,8 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
             return 0
         tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
         padded = tile is not None and tile.occupancy == 1 and tile.check_n  # (exact pieces: s30d)
-        past = n > MAX_ROW_ELEMS["forward"] and row % LONG_FP32_CORE_LINE_BYTES != 0  # (the core's below)
-        return LONG_WIDE_CHUNK_BYTES // elem_size if padded or past else 0
+        core = tile is None and row % LONG_FP32_CORE_LINE_BYTES != 0  # the core's rows, but line-aligned ones
+        return LONG_WIDE_CHUNK_BYTES // elem_size if padded or core else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
     if vector_rows(n, elem_size, static):
