@@ -841,7 +841,7 @@ def test_flat_rows_fp32_tail_adds_fused(dev, gen):
     interpreter (no FMA) a 64-element chunk; test_flat_plans_compile_without_spills checks the
     fused tail's SASS on the CPU."""
     if dev == "cuda":
-        m, n = 64, 17425
+        m, n = 64, 21001
         p = plan("forward", 4 * m, 1, n, 4, SMS, flat=None)
         assert p.kind == "flat"
     else:
@@ -1170,7 +1170,7 @@ def _rounded_squares(sass_text):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("dtype,n", [("bfloat16", 12001), ("bfloat16", 24577), ("float16", 33333), ("bfloat16", 57085),
-                                     ("float16", 63566), ("float16", 200001), ("float32", 17425),
+                                     ("float16", 63566), ("float16", 200001), ("float32", 21001),
                                      ("float32", 27982)])  # fmt: skip
 @pytest.mark.parametrize("casting", [CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE, CK.CAST_GEMMA], ids=str)
 def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
@@ -1768,19 +1768,21 @@ def test_long_static_chunk():
 
 def test_fp32_rows_at_one_block_take_the_long_forward():
     """fp32 rows whose forward row tile holds one block an SM run the static long forward in 16 KB
-    chunks, a block a row, 2 blocks an SM (plan.long_static_chunk, session 30); rows whose tiles
-    hold more blocks, rows past 5 chunks, runtime layouts and the backward keep their plans."""
+    chunks, a block a row, 2 blocks an SM (plan.long_static_chunk, session 30), and so do those the
+    row tiles leave to the core but line-aligned ones (session 49); rows whose tiles hold more
+    blocks, rows past 5 chunks, runtime layouts and the backward keep their plans."""
     taken = []
     for n in range(3001, 21000, 37):
         tile = plan("forward", 99999, 1, n, 4, SMS, static=False, long=False)
-        one_block = tile is not None and tile.occupancy == 1 and tile.check_n and n * 4 <= 5 * 16384
+        core = tile is None and n * 4 % 128 != 0  # (LONG_FP32_CORE_LINE_BYTES)
+        one_block = (core or (tile is not None and tile.occupancy == 1 and tile.check_n)) and n * 4 <= 5 * 16384
         p = plan("forward", 99999, 1, n, 4, SMS)
         assert (p is not None and p.kind == "long") == one_block, (n, p)
         assert long_static_chunk(n, 4, SMS) == (4096 if one_block else 0), n
         if one_block:
             taken.append(n)
             assert (p.widths[0], p.occupancy, p.grid, p.static, p.unroll) == (4096, 2, 99999, True, True), (n, p)
-            assert plan("forward", 99999, 1, n, 4, SMS, static=False) == tile
+            assert plan("forward", 99999, 1, n, 4, SMS, static=False) == tile  # (None: the core)
             assert plan("backward", 99999, 1, n, 4, SMS) == plan("backward", 99999, 1, n, 4, SMS, static=False)
     assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
     for n in (17408, 17920, 18432):  # pieces without padded lanes: the row tile (s30d)
@@ -1789,9 +1791,10 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     # 14336-16384 (at these rows as a row tile of TMA loads: plan.lone_tma; the core below)
     for m, core in ((99999, "tile"), (999, None)):
         kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS, core_bits=True), "kind", None) for n in
-                 (13312, 13313, 14334, 14336, 16384, 16388, 18431, 18432, 18433)}  # fmt: skip
-        assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: core, 16384: core, 16388: "long",
-                         18431: "long", 18432: "tile", 18433: None}, kinds  # fmt: skip
+                 (13312, 13313, 14334, 14336, 14340, 16384, 16388, 18431, 18432, 18433, 18464, 20479, 20484)}  # fmt: skip
+        assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: core, 14340: "long", 16384: core,
+                         16388: "long", 18431: "long", 18432: "tile", 18433: "long", 18464: None, 20479: "long",
+                         20484: None}, kinds  # fmt: skip
     for n in (13313, 14001, 18431):  # the backward of unaligned rows: the core's kernels (session 37)
         assert plan("backward", 99999, 1, n, 4, SMS) is None, n
     assert plan("backward", 99999, 1, 16388, 4, SMS) is None  # 16-byte aligned: the core backward
