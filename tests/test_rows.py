@@ -1790,8 +1790,8 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     # the class's bounds on 132 SMs: 2 blocks a row tile up to 13312, the core's tile for 4 | N of
     # 14336-16384 (at these rows as a row tile of TMA loads: plan.lone_tma; the core below)
     for m, core in ((99999, "tile"), (999, None)):
-        kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS, core_bits=True), "kind", None) for n in
-                 (13312, 13313, 14334, 14336, 14340, 16384, 16388, 18431, 18432, 18433, 18464, 20479, 20484)}  # fmt: skip
+        lengths = (13312, 13313, 14334, 14336, 14340, 16384, 16388, 18431, 18432, 18433, 18464, 20479, 20484)
+        kinds = {n: getattr(plan("forward", m, 1, n, 4, SMS, core_bits=True), "kind", None) for n in lengths}
         assert kinds == {13312: "tile", 13313: "long", 14334: "long", 14336: core, 14340: "long", 16384: core,
                          16388: "long", 18431: "long", 18432: "tile", 18433: "long", 18464: None, 20479: "long",
                          20484: None}, kinds  # fmt: skip

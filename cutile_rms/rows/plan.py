@@ -107,8 +107,9 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   16, of 2 KB or more (MIN_PIECE_BYTES, as for every 16-bit row that is not a power of two) run
   on them forward (the core kernels before session 22); without static layouts (past
   rows.launch.STATIC_LAYOUTS, or a caller's static=False) they stay with the core kernels. Past
-  the row tiles only the forward of even unaligned rows takes them, and the one-pass long backward
-  (the two-kernel long backward stays on runtime layouts: session 23).
+  the row tiles only the forward of even unaligned rows (and of fp32 rows, the static long forward:
+  sessions 30, 49) takes them, and the one-pass long backward (the two-kernel long backward stays
+  on runtime layouts: session 23).
 - short rows on static layouts (session 25): 16-bit rows of 4 | N (8-byte aligned starts) at
   any length and fp32 rows of up to 1024 elements forward (511 backward) run static too; rows
   under 2 KB there (and every static fp32 row) take one padded power-of-two piece, whose lanes
@@ -160,7 +161,8 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
 - session 38: fp32 odd and 2 mod 4 rows from 64000 bytes (while 2 an SM fit FLAT_FP32_L2_SHARE of
   L2) take the flat forward again, its tail's squares now fused into their adds as the chunks'
   (batch invariant): 1.01-1.49x the core's split kernel in one probe (16411-33958; that probe ran
-  the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us).
+  the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us); up to
+  20480 elements the static long forward since session 49.
 - session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes tiles holds as many rows
   as keep a tile within 40 live elements a thread (``lanes_tile_rows``, VECTOR_2MOD4_FWD_LIVE_ELEMS):
   up to 1.23x where a padded row holds few live elements, 0.99-1.00x where it holds many.
@@ -176,7 +178,8 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
-  long-row kernels (``long_plan``: 16-bit forward and backward, where not flat; the forward of even 16-bit rows
+  long-row kernels (``long_plan``: 16-bit forward and backward, where not flat, and fp32 forward up
+  to 20480 elements, ``long_static_chunk``; the forward of even 16-bit rows
   on static layouts, 4 or 8 bytes a load, with the chunk count compiled in on rows of an odd
   number of 4-byte words, LONG_UNROLL_WORD_ELEMS); short ones (padded to at most
   512 bytes forward (odd 16-bit rows 1 KB), 2 KB and 512 elements backward, ``lanes_fit``) the lanes kernels
@@ -773,7 +776,7 @@ LONG_PREFETCH_MAX_BLOCKS = 2
 # Session 49, with the lookahead (LONG_PREFETCH_* above; us, H200, about 64 Mi elements): the rows
 # past the row tiles (past MAX_ROW_ELEMS, up to LONG_UNROLL_MAX_CHUNKS chunks of 16 KB, not a power
 # of two) run it too (s49b, the core -> static long: 18856 155.9 -> 143.1, 19500 154.9 -> 145.2, 20200
-# 152.0 -> 144.9; the power of two 20480 138.3 -> 142.5 keeps the core; without the lookahead 18856
+# 152.0 -> 144.9; but 20480 138.3 -> 142.5; without the lookahead 18856
 # ran 163.9), and so do the odd and 2 mod 4 rows of 64000 bytes or more that the flat forward took
 # (FLAT_MIN_BYTES; s49c, flat -> static long: 16001 153.0 -> 148.2, 17425 164.3 -> 151.1, 18002
 # 159.5 -> 140.9, 19001 164.0 -> 155.0, 20002 159.4 -> 147.5, 20479 163.9 -> 157.2). The rows that
@@ -1355,7 +1358,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_* above), else persistent. The chunk (None):
     ``long_static_chunk``'s for its rows (8 or 16 KB), else LONG_CHUNK_BYTES[op]. prefetch (the
     forward): the second pass loads the next whole chunk first (kernels.rows_fwd_long's PREFETCH),
-    None: the static long forward's 16-bit rows at LONG_PREFETCH_MAX_BLOCKS (its occupancy capped
+    None: the static long forward's rows at LONG_PREFETCH_MAX_BLOCKS (its occupancy capped
     to the blocks that hold the lookahead, LONG_PREFETCH_REGS)."""
     one_row_chunk = long_static_chunk(n, elem_size, num_sms, static) if op == "forward" else 0
     chunk = chunk or one_row_chunk or LONG_CHUNK_BYTES[op] // elem_size

@@ -27,7 +27,8 @@ from cutile_rms.rows.kernels.common import (
 
 # Rows longer than one block holds (plan.long_plan: unaligned 16-bit rows past the row tiles'
 # longest, which the core kernels could only load 2 bytes at a time behind a branch each, at
-# 0.14-0.19x torch.compile), and the forward of the aligned rows of plan.long_fit. One row at a
+# 0.14-0.19x torch.compile), and the forward of the aligned rows of plan.long_fit and of fp32 rows
+# up to five 16 KB chunks (plan.long_static_chunk). One row at a
 # time, in TILE_N-wide chunks: a chunk wholly inside the row loads without bounds checks, the
 # last one (past N) is gathered on unaligned rows, a zero-padded plain load on aligned ones (LOADS).
 
