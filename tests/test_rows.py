@@ -590,14 +590,16 @@ def _with_and_without_lookahead(dev, shape, dtype, gen, plan_of):
 
 # The long forward's second pass with and without its lookahead (kernels.rows_fwd_long's PREFETCH):
 # rows of whole chunks and a last one past N, aligned (plain loads) and not (gathers), a row
-# shorter than one chunk (no whole chunk: the plain pass), fp32's 16 KB chunks.
+# shorter than one chunk (no whole chunk: the plain pass), fp32 at the rules' 16 KB chunks (past the
+# row tiles: session 49) and at 8 KB.
 LONG_PREFETCH_CASES = [
     ((9, 6144), torch.bfloat16, None, "aligned, a whole chunk and a half"),
     ((7, 20690), torch.float16, None, "2 mod 4, 16 KB chunks"),
     ((5, 12288), torch.bfloat16, 4096, "whole chunks only"),
     ((2, 3, 10001), torch.bfloat16, 2048, "odd, 3-D"),
     ((3, 3000), torch.float16, 4096, "shorter than a chunk"),
-    ((5, 9000), torch.float32, None, "fp32"),
+    ((5, 9000), torch.float32, None, "fp32, 8 KB chunks"),
+    ((5, 18856), torch.float32, None, "fp32, 16 KB chunks"),
 ]
 
 
@@ -1950,7 +1952,7 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("n", [74, 128, 133, 227, 267, 441, 510, 610, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168,
-                               10563, 16384, 17408, 25263])  # fmt: skip
+                               10563, 14340, 16384, 17408, 18856, 25263])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan and on those they leave to the core kernels (one tile per
@@ -1958,7 +1960,8 @@ def test_rows_batch_invariance(dtype, n):
     the loop (4441, 5376, 10563), from LONE_TILES_PER_SM tiles an SM the same (17408: fp32; 16384:
     16-bit, the core's tile below, whose bits are the row tile's; fp32 16384: the core's tile,
     from LONE_TMA_TILES_PER_SM an SM as a row tile, test_lone_tma_bits_are_the_cores), a padded
-    piece, gathered tiles whose whole tiles skip the row checks, long rows, few rows on tiles of
+    piece, gathered tiles whose whole tiles skip the row checks, long rows (fp32 14340, 18856: the
+    static long forward with its lookahead, session 49), few rows on tiles of
     fewer rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y). torch.equal takes -0.0 for 0.0: the sign of a
     zero y where the weight holds -0.0 may differ across 16384's switch (README, Limitations)."""
