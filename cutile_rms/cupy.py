@@ -117,7 +117,7 @@ def rms_norm(x, weight=None, eps=1e-6, *, offset=0.0, casting_mode="llama", mode
             code = forward_casting(casting, x, weight, y, offset)
             RL.run_forward(rows, x2.reshape(m, 1, n), _unit(xp, weight), y.reshape(m, 1, n), r2, float(eps),
                            float(offset), code, target.info, target.stream,
-                           empty=lambda shape: xp.empty(shape, dtype=weight.dtype))  # fmt: skip
+                           empty=lambda shape: xp.empty(shape, dtype=weight.dtype), int64=_int64(xp))  # fmt: skip
         elif m:
             run_forward(
                 x2, _unit(xp, weight), y, rstd, float(eps), float(offset), casting, None if mode == "rows" else mode,

@@ -592,7 +592,7 @@ def _flat_jobs(add):
     presence, each element size's plan; the kernel that writes its shifted weights (a weight of
     any length, the copies' rows 16-byte aligned); and the flat backward's two kernels."""
     from cutile_rms.rows import launch as RL
-    from cutile_rms.rows.plan import flat_plan
+    from cutile_rms.rows.plan import flat_plan, split_plan
 
     aligned, _ALIGNED[0] = _ALIGNED[0], True
     try:
@@ -627,6 +627,22 @@ def _flat_jobs(add):
                 values = dict(w=weight, w_shift=shifted, first=I32, TILE_N=p.widths[0])
                 add(f"rows weight_shift {x} {p.widths[0]}", RL.KERNELS["weight_shift"][0],
                     [values[k] for k in RL.KERNELS["weight_shift"][1]])  # fmt: skip
+        # the split flat forward (plan.split_plan: fp32 unaligned rows past SPLIT_L2_SHARE), with a
+        # weight and rstd (the training forward) and without either (inference, no weight)
+        for casting, has_weight, store in ((K.CAST_GEMMA, True, True), (K.CAST_NONE, False, False)):
+            p = split_plan("forward", 1574, 1, 42631, 4, 132)
+            flat = arr("float32", 1, last_div=1)
+            splits = -(-42631 // p.widths[0])
+            _ALIGNED[0] = False
+            weight = arr("float32", 1)  # a weight of any length
+            _ALIGNED[0] = True
+            values = dict(RL.constants(p, casting, has_weight, store), x=flat, y=flat, eps=F32, offset=F32, n=I32,
+                          rstd_out=mvec() if store else flat, w=weight if has_weight else flat,
+                          w_shift=arr("float32", 2) if has_weight else arr("float32", 2, last_div=1),
+                          slots=arr("int64", 2, 1), SPLIT=splits, SLOTS_W=16, POLLS=K.SPIN_LIMIT)  # fmt: skip
+            add(f"rows forward_split float32 cast={casting} w={has_weight} rstd={store} {p}",
+                RL._VARIANTS["forward_split", False][p.hints],
+                [values[k] for k in RL.KERNELS["forward_split"][1]])  # fmt: skip
         # the flat backward (the rules' plan: 4 KB dx chunks, the row dot's 8 KB, the prefetch; and
         # without it), its shifted weights one flat array from 16 bytes before each copy
         for x, casting, has_weight in (("bfloat16", K.CAST_LLAMA, True), ("float16", K.CAST_LLAMA, True),

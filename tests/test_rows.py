@@ -19,6 +19,7 @@ from cutile_rms.rmsnorm.launch import casting_code, forward_casting
 from cutile_rms.rmsnorm.torch_impl import _rows_plan, launch_on_device, row_groups, rows3
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows import launch as RL
+from cutile_rms.rows import plan as rows_plan_module
 from cutile_rms.rows.plan import (
     FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
@@ -35,6 +36,8 @@ from cutile_rms.rows.plan import (
     OPS,
     PADDED_BWD_MIN_SHARE,
     REGISTERS_PER_SM,
+    SPLIT_BLOCKS,
+    SPLIT_WARPS,
     backward_by_default,
     few_rows,
     flat_fit,
@@ -51,6 +54,8 @@ from cutile_rms.rows.plan import (
     plan,
     same_bits,
     short_backward,
+    split_fit,
+    split_plan,
     static_fit,
     unaligned,
     vector_lanes,
@@ -79,6 +84,7 @@ def test_signatures_are_the_kernels():
         K.rows_weight_shift,
         K.rows_dot_flat,
         K.rows_bwd_flat,
+        K.rows_fwd_flat_split,
     } == {k for k, _ in RL.KERNELS.values()}
     for kernel, params in RL.KERNELS.values():
         assert tuple(inspect.signature(python_function(kernel)).parameters) == params
@@ -360,8 +366,9 @@ def _poisoned_run(x, dy, w, casting_mode, offset, plans=None, **plan_keywords):
         fp = plans(device)[0] if plans else fp
         fcode = forward_casting(code, x, w, y, offset)  # the torch API's choice (native llama where it can)
         shifted = lambda shape: torch.full(shape, float("nan"), dtype=w.dtype, device=dev)  # noqa: E731
+        slots = lambda shape, zeroed: torch.zeros(shape, dtype=torch.int64, device=dev)  # noqa: E731
         RL.run_forward(fp, rows3(x, a, b), w, y.view(a, b, n), rstd.view(a, b), EPS, offset, fcode, device, stream,
-                       empty=shifted)  # fmt: skip
+                       empty=shifted, int64=slots)  # fmt: skip
         bp = RL.plan("backward", a, b, n, x.element_size(), device.num_sms, any_length=True, **plan_keywords)
         bp = plans(device)[1] if plans else bp
         if bp is not None:
@@ -715,7 +722,8 @@ def test_flat_rule():
     8 KB chunks at 4 blocks an SM up to 5 chunks, past that 8 KB chunks at 2 with the second pass's
     lookahead (FLAT_PREFETCH_*) up to 128 KB rows, 16 KB chunks at 2 without it beyond, the row
     length compiled in where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
-    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks); never 16 | N 16-bit or 4 | N
+    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks), but those of the split flat forward
+    (past SPLIT_L2_SHARE: test_split_rule); never 16 | N 16-bit or 4 | N
     fp32 rows, shorter rows or a caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
     past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
@@ -732,7 +740,7 @@ def test_flat_rule():
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         q = plan("forward", 1176, 1, n, 2, SMS)
         assert q is None or q.kind != "flat"  # flat=False (the default)
-    for n in (16001, 17425, 18002, 20481, 27982, 33786, 34753):  # fp32 odd and 2 mod 4 from 64000 bytes
+    for n in (16001, 17425, 18002, 20481, 27982, 29789):  # fp32 odd and 2 mod 4 from 64000 bytes (past 29789: split)
         # (16 KB chunks; up to 20480 elements on static layouts the static long forward: LONG_FP32_*)
         past = n > UNROLL_CHUNKS * LONG_WIDE_CHUNK_BYTES // 4
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None, static=past)
@@ -829,6 +837,135 @@ def test_flat_rows_position_invariance(dev, monkeypatch, dtype, n, gen):
             assert kinds[-1] == "flat" and torch.equal(yk, y[k:]) and torch.equal(rk, rstd[k:]), k
     yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(dtype, dtype, "llama"))
+
+
+# The split flat forward (plan kind "split": rows contiguous end to end, each row's segments on
+# SPLIT blocks that exchange their sums, each segment's 16-byte interior loaded from the flat array,
+# its head and tail element by element): odd and 2 mod 4 rows, 2-D and 3-D, a last segment of a few
+# vectors, fewer groups than rows (the loop), the rules' plan.
+SPLIT_CASES = [
+    ((5, 1001), 256, None, "odd, 4 segments"),
+    ((2, 3, 1050), 256, None, "3-D, 2 mod 4, last segment of 26"),
+    ((13, 999), 128, 2, "odd, 8 segments, 2 groups over 13 rows"),
+    ((3, 29791), None, None, "the rules' plan"),
+]
+
+
+SPLIT_DTYPES = [(torch.float32, "gemma"), (torch.bfloat16, "llama"), (torch.float16, "none")]
+
+
+@pytest.mark.parametrize("shape,chunk,groups,what", SPLIT_CASES, ids=[c[3] for c in SPLIT_CASES])
+@pytest.mark.parametrize("dtype,casting", SPLIT_DTYPES, ids=str)
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_split_flat_forward(dev, shape, chunk, groups, what, dtype, casting, has_weight, offset, gen):
+    """y and rstd (NaN-poisoned first) of the split flat forward against float64; the shifted
+    weights NaN-poisoned before rows_weight_shift writes them. In the interpreter each block polls
+    once (POLLS), so the blocks of a group before its last put their rows aside and finish them
+    from the slots or from every segment's partial computed themselves: that path too."""
+    if chunk is None and dtype != torch.float32:
+        pytest.skip("the rules' plan: fp32 rows only (plan.split_fit)")
+    x, dy, w = make_inputs(shape, dtype, dev, has_weight=has_weight, offset=offset, generator=gen)
+    x0 = x.clone()
+    a, b = row_groups(x)
+    n, es = shape[-1], x.element_size()
+
+    def plans(device):
+        p = split_plan("forward", a, b, n, es, device.num_sms, chunk=chunk)
+        if chunk is None and split_fit(n, es, num_sms=device.num_sms):  # (the interpreter's few SMs: not)
+            assert p == plan("forward", a, b, n, es, device.num_sms, flat=None), p
+        splits = -(-n // p.widths[0])
+        assert (p.kind, p.lanes, p.grid % splits) == ("split", 16 // es, 0), p
+        return (dataclasses.replace(p, grid=groups * splits) if groups else p), None
+
+    out = _poisoned_run(x, dy, w, casting, offset, plans)
+    y, rstd, _, _ = rms_norm_ref_grads(x, dy, w, EPS, offset)
+    tol = tolerances(dtype, None if w is None else w.dtype, casting)
+    check_all({"y": out["y"], "rstd": out["rstd"]}, {"y": y, "rstd": rstd}, tol)
+    assert torch.equal(x, x0)
+
+
+@pytest.mark.parametrize("n,n_interpreted", [(29791, 12301), (30450, 12302), (42631, 16381)], ids=str)
+def test_split_flat_position_invariance(dev, monkeypatch, n, n_interpreted, gen):
+    """A row's bits on the split flat forward (the rules' plan for fp32 odd and 2 mod 4 rows past
+    plan.SPLIT_L2_SHARE) do not depend on where it sits: each segment's partial is the fixed-point
+    sum of its own squares, wherever its 16-byte boundaries fall (kernels.split._exact_sum3). One row
+    copied to 5 consecutive rows (every residue r N mod 4 of odd N) gives 5 equal outputs; rows k..
+    of a batch alone give what they give in it; y and rstd against float64. (The interpreter runs
+    shorter rows of the same residues, whose 4 segments its 4 SMs hold.)"""
+    kinds = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    if dev == "cpu":  # the interpreter's 4 SMs (4 segments at most): shorter rows and an L2 that they overflow
+        monkeypatch.setattr(rows_plan_module, "L2_BYTES", 2**19)
+        n = n_interpreted
+    x, _, w = make_inputs((9, n), torch.float32, dev, generator=gen)
+    x[3:8] = x[2]
+    with torch.no_grad():
+        y, rstd = rms_norm_forward(x, w, EPS)
+        assert kinds[-1] == "split"
+        for r in range(3, 8):
+            assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), r
+        for k in (1, 3):
+            yk, rk = rms_norm_forward(x[k:], w, EPS)
+            assert kinds[-1] == "split" and torch.equal(yk, y[k:]) and torch.equal(rk, rstd[k:]), k
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma"))
+
+
+def test_split_flat_forward_puts_rows_aside(dev, gen):
+    """The split flat forward whose blocks poll once for their partners (POLLS = 1: on the GPU most
+    of a row's 16 partners have not published by then) puts rows aside and finishes them after its
+    loop, from the slots or from every segment's partial computed itself: y and rstd bitwise those
+    of the default polls, and against float64; on the GPU some slot is marked put aside."""
+    from cutile_rms.rmsnorm.kernels import PUT_ASIDE
+
+    m, n = (64, 65535) if dev == "cuda" else (3, 16381)  # 16 segments (the interpreter: 4, its SMs)
+    x, _, w = make_inputs((m, n), torch.float32, dev, generator=gen)
+    code = casting_code("gemma", True)
+    outs, slots = [], []
+
+    def int64(shape, zeroed):
+        slots.append(torch.zeros(shape, dtype=torch.int64, device=dev))
+        return slots[-1]
+
+    for polls in (None, 1):
+        y = nan_like(x.shape, x.dtype, x.device)
+        rstd = nan_like(x.shape[:-1], torch.float32, x.device)
+
+        def run(device, stream, y=y, rstd=rstd, polls=polls):
+            p = split_plan("forward", m, 1, n, 4, device.num_sms)
+            shifted = lambda shape: torch.full(shape, float("nan"), device=dev)  # noqa: E731
+            RL.run_forward(p, x.view(m, 1, n), w, y.view(m, 1, n), rstd.view(m, 1), EPS, 0.0, code, device, stream,
+                           empty=shifted, int64=int64, polls=polls)  # fmt: skip
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if dev == "cuda":
+        torch.cuda.synchronize()
+        assert int(((slots[1] & PUT_ASIDE) != 0).sum()) > 0, "no row was put aside"
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all(
+        {"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma")
+    )
+
+
+def test_split_rule():
+    """The split flat forward takes fp32 rows that are not 16-byte aligned (odd, 2 mod 4) where the
+    flat forward's rows in flight overflow SPLIT_L2_SHARE of L2 (29790 on 132 SMs) up to
+    SPLIT_MAX_BLOCKS segments whose last holds two vectors, where the caller's rows are contiguous
+    (flat=None); not aligned fp32 rows (the core's split kernel, 92% of the copy), 16-bit rows, the
+    backward, or callers without a flat array."""
+    for n in (29790, 29791, 30450, 34755, 42631, 54883, 63990, 65535, 61449):
+        p = plan("forward", 999, 1, n, 4, SMS, flat=None)
+        assert (p.kind, p.widths[0], p.occupancy, p.warps) == ("split", 4096, SPLIT_BLOCKS, SPLIT_WARPS), n
+        assert p.grid == min(999, SMS * SPLIT_BLOCKS // -(-n // 4096)) * -(-n // 4096) and split_fit(n, 4, num_sms=SMS)
+        assert plan("forward", 999, 1, n, 4, SMS) is None  # (no flat array: the core)
+        assert plan("backward", 999, 1, n, 4, SMS, flat=None) is None or not split_fit(n, 4, "backward", num_sms=SMS)
+    assert plan("forward", 999, 1, 29789, 4, SMS, flat=None).kind == "flat"  # (29789: 59.99% of L2)
+    for n in (29792, 45056, 61441, 65537, 70001):  # aligned; a last segment of 1; past 16 segments
+        assert not split_fit(n, 4, num_sms=SMS), n
+    assert not split_fit(42631, 2, num_sms=SMS) and not split_fit(63990, 2, num_sms=SMS)
 
 
 def test_flat_rows_fp32_tail_adds_fused(dev, gen):

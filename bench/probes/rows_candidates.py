@@ -60,7 +60,7 @@ def plan_of(c, persistent=None):
              loads=c.get("loads"), min_piece=c.get("min_piece"), lanes=c.get("lanes"), any_length=True,
              static=not force and c.get("static", True), long=c.get("long"), chunk=c.get("chunk"),
              unroll=c.get("unroll"), onepass=c.get("onepass", False), prefetch=c.get("prefetch"),
-             flat=c.get("flat", False))  # fmt: skip
+             flat=c.get("flat", False), split=c.get("split", False))  # fmt: skip
     if p is not None and p.kind == "flat" and p.op == "backward" and c.get("dot_chunk"):  # the flat row dot's chunk
         p = dataclasses.replace(p, widths=(p.widths[0], c["dot_chunk"], 0))
     if p is not None and p.kind == "tile" and c.get("loop") is False:  # rows_fwd without its loop: a block a tile

@@ -83,8 +83,10 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
                                       plan=p)  # fmt: skip
     code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
+    from cutile_rms.rmsnorm.torch_impl import _int64
+
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, _stream(torch),
-                                     empty=lambda shape: w.new_empty(shape))  # fmt: skip
+                                     empty=lambda shape: w.new_empty(shape), int64=_int64(x))  # fmt: skip
 
 
 def core_forward_call(torch, x, w, y, rstd):

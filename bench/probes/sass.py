@@ -141,11 +141,11 @@ def _loops(path: str) -> int:
         cands = json.load(f)
     for c in cands:
         p = plan_of(c, c.get("persistent"))
-        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat", "long"):
+        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat", "long", "split"):
             continue
         knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
-        if p.kind in ("flat", "long"):  # no loop to read per element: the kernel's resources and memory instructions
-            if p.kind == "flat":
+        if p.kind in ("flat", "long", "split"):  # no loop to read per element: the kernel's resources, memory ops
+            if p.kind in ("flat", "split"):
                 kernel, params, hints = flat_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
             else:
                 ((_, kernel, params, hints),) = long_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
@@ -274,11 +274,14 @@ def flat_params(p, dt, m, n, casting=None):
 
     flat = any_length(array(dt, (m * n,)))
     weight = dataclasses.replace(any_length(array(dt, (n,))), base_addr_divisible_by=1)
+    splits = -(-n // p.widths[0])
+    slots_w = 1 << (splits - 1).bit_length()
     values = dict(RL.constants(p, _casting(dt, casting), True), x=flat, y=flat, w=weight, eps=F32, offset=F32, n=I32,
-                  N=n if p.static else 0, w_shift=array(dt, (p.lanes, -(-n // p.widths[0]) * p.widths[0])),
-                  rstd_out=any_length(array(ct.float32, (m,))))  # fmt: skip
-    names = RL.KERNELS["forward_flat"][1]
-    return RL._VARIANTS["forward_flat", False].kernel, [values[k] for k in names], {
+                  N=n if p.static else 0, w_shift=array(dt, (p.lanes, splits * p.widths[0])),
+                  rstd_out=any_length(array(ct.float32, (m,))), slots=array(ct.int64, (m, slots_w)), SPLIT=splits,
+                  SLOTS_W=slots_w, POLLS=256)  # fmt: skip
+    name = "forward_split" if p.kind == "split" else "forward_flat"
+    return RL._VARIANTS[name, False].kernel, [values[k] for k in RL.KERNELS[name][1]], {
         "occupancy": p.occupancy, "num_worker_warps": p.warps}  # fmt: skip
 
 

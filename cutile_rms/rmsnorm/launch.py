@@ -148,7 +148,7 @@ def backward_kernel(kind: str, hints: tuple):
     return _VARIANTS[S.BACKWARD[kind]][hints]
 
 
-def _split_values(splits: int, slots_shape: tuple, polls: int | None) -> dict:
+def split_values(splits: int, slots_shape: tuple, polls: int | None) -> dict:
     """The split kernels' SPLIT, SLOTS_W and POLLS constants. POLLS (how many times a block
     polls for its partners before it puts a row tile aside, kernels.SPIN_LIMIT): polls, else
     SPIN_LIMIT, or 1 in the CPU interpreter, where no partner publishes while a block polls."""
@@ -165,7 +165,7 @@ def launch_forward(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
 
     x, y: (m, n) arrays with unit stride along n; weight: (n,) or None; slots: for a split
     plan, a zero-filled int64 array of shape plan.slots (ignored otherwise); polls: the split
-    kernels' poll bound (_split_values; tests lower it to make blocks put row tiles aside).
+    kernels' poll bound (split_values; tests lower it to make blocks put row tiles aside).
     """
     args = forward_args(plan, x, weight, y, rstd, eps, offset, casting, slots, polls)
     launch(stream, (plan.grid,), forward_kernel(plan.kernel, plan.hints, rstd is not None), args)
@@ -180,7 +180,7 @@ def forward_values(plan: ForwardPlan, x, weight, y, rstd, eps: float, offset: fl
                   offset=float(offset), TILE_M=plan.tile_m, TILE_N=plan.tile_n, TAIL=plan.tail, CASTING=casting,
                   HAS_WEIGHT=has_weight, TMA_STORE=tma_store, LATENCY=latency)  # fmt: skip
     if plan.kernel == "split":
-        values.update(_split_values(plan.splits, plan.slots, polls))
+        values.update(split_values(plan.splits, plan.slots, polls))
     return values
 
 
@@ -255,7 +255,7 @@ def backward_values(plan: BackwardPlan, x, dy, weight, rstd, dx, dw, dw_partial,
     if plan.kernel == "packed":  # widths in words, then the tail and the 16-bit type
         values.update(TILE_W=plan.tile_n // 2, TAIL_W=plan.tail // 2, HALF=half)
     if plan.kernel == "split":
-        values.update(_split_values(plan.num_chunks, plan.slots, polls))
+        values.update(split_values(plan.num_chunks, plan.slots, polls))
     return values
 
 

@@ -246,7 +246,7 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
         casting = forward_casting(casting, x, weight, y, offset)
         args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), None if rstd is None else rstd.view(a, b), eps,
                 offset, casting)  # fmt: skip
-        launch_on_device(x, RL.run_forward, *args, empty=lambda shape: weight.new_empty(shape))
+        launch_on_device(x, RL.run_forward, *args, empty=lambda shape: weight.new_empty(shape), int64=_int64(x))
     return y, rstd
 
 

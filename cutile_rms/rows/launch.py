@@ -21,8 +21,8 @@ import threading
 from cutile_rms import interpret
 from cutile_rms._launch import launch
 from cutile_rms.rmsnorm import kernels as CK
-from cutile_rms.rmsnorm.config import reduce_plan
-from cutile_rms.rmsnorm.launch import HintVariants, native_fits
+from cutile_rms.rmsnorm.config import next_pow2, reduce_plan
+from cutile_rms.rmsnorm.launch import HintVariants, native_fits, split_values
 from cutile_rms.rows import kernels as K
 from cutile_rms.rows.plan import FLAT_MAX_ELEMS, RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
@@ -55,6 +55,8 @@ FLAT_PARAMS = {
     "dot_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_out", "offset", "n", "TILE_N", "V", "HAS_WEIGHT"),
     "backward_flat": ("x", "dy", "w", "w_shift", "rstd_in", "c_in", "dx", "dw_partial", "offset", "n", "TILE_N", "V",
                       "HAS_WEIGHT", "ROUND_XHAT", "PREFETCH"),
+    "forward_split": ("x", "w", "w_shift", "y", "rstd_out", "slots", "eps", "offset", "n", "TILE_N", "V", "SPLIT",
+                      "SLOTS_W", "POLLS", "CASTING", "HAS_WEIGHT", "STORE_RSTD"),
 }  # fmt: skip
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
@@ -72,6 +74,7 @@ KERNELS = {"forward": (K.rows_fwd, FORWARD_PARAMS), "backward": (K.rows_bwd, BAC
            "weight_shift": (K.rows_weight_shift, FLAT_PARAMS["weight_shift"]),
            "dot_flat": (K.rows_dot_flat, FLAT_PARAMS["dot_flat"]),
            "backward_flat": (K.rows_bwd_flat, FLAT_PARAMS["backward_flat"]),
+           "forward_split": (K.rows_fwd_flat_split, FLAT_PARAMS["forward_split"]),
            "forward_lanes": (K.rows_fwd_lanes, LANES_PARAMS["forward_lanes"]),
            "backward_lanes": (K.rows_bwd_lanes, LANES_PARAMS["backward_lanes"])}  # fmt: skip
 # Kernel objects by (op, static) and hints: runtime layouts (the kernels' twins, K.DYNAMIC) and the
@@ -118,7 +121,7 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     run gemma: one computation in fp32)."""
     if p.kind == "long":
         shape = dict(TILE_N=p.widths[0], LOADS=p.loads, UNROLL=p.unroll, PREFETCH=p.prefetch)
-    elif p.kind == "flat":
+    elif p.kind in ("flat", "split"):
         shape = dict(TILE_N=p.widths[0], V=p.lanes, PREFETCH=p.prefetch)
     elif p.kind == "lanes":
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch)
@@ -144,21 +147,25 @@ def narrow_lookahead(p: RowsPlan, x, weight, y) -> RowsPlan:
 
 
 def run_forward(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, device, stream,
-                residual=None, s=None, s_dtype_like=None, empty=None) -> None:  # fmt: skip
+                residual=None, s=None, s_dtype_like=None, empty=None, int64=None, polls=None) -> None:  # fmt: skip
     """y = rms_norm(x) * (offset + weight); rstd stored unless it is None. device: the
     _device.DeviceInfo the plan was made for (unused: the plan holds what it needs). With a
     residual: the norm is of s = x + residual (in s's dtype), stored into s; s None (post-norm):
     not stored, and s_dtype_like, any array of the sum's dtype, names it. A flat plan (kind
     "flat") needs x, y and rstd C-contiguous and, with a weight, empty(shape): an uninitialised
-    array of the weight's dtype on x's device (its shifted copies)."""
+    array of the weight's dtype on x's device (its shifted copies); a split flat plan (kind
+    "split") the same and int64(shape, zeroed): an int64 array on x's device, zero-filled where
+    zeroed (the slots its blocks exchange their sums through, new for each launch); polls: how many
+    times its blocks poll for their partners before they put a row aside (tests; None: the core's,
+    rmsnorm.launch's split_values)."""
     has_weight = weight is not None
     if residual is not None and (p.kind != "tile" or p.prefetch):
         raise ValueError(f"the {p.kind} forward{' with prefetch' if p.prefetch else ''} has no residual add")
     if casting == CK.CAST_LLAMA_NATIVE and (residual is not None or not native_fits(x, weight, y, offset)):
         raise ValueError("CAST_LLAMA_NATIVE needs a weight of x's dtype, y of that dtype, offset 0 and no residual")
     p = narrow_lookahead(p, x, weight, y)
-    if p.kind == "flat":
-        _run_forward_flat(p, x, weight, y, rstd, eps, offset, casting, stream, empty)
+    if p.kind in ("flat", "split"):
+        _run_forward_flat(p, x, weight, y, rstd, eps, offset, casting, stream, empty, int64, polls)
         return
     code = CK.RESIDUAL_NONE if residual is None else CK.RESIDUAL_ADD if s is not None else CK.RESIDUAL_ADD_UNSTORED
     values = constants(p, casting, has_weight, rstd is not None, code)
@@ -191,27 +198,39 @@ def _flat_step(n: int, v: int) -> int:
 
 
 def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float, casting: int, stream,
-                      empty) -> None:  # fmt: skip
-    """run_forward of a flat plan: the weight's shifted copies (rows_weight_shift), then the flat
-    forward over the rows, in parts (_flat_step)."""
+                      empty, int64=None, polls=None) -> None:  # fmt: skip
+    """run_forward of a flat or split flat plan: the weight's shifted copies (rows_weight_shift),
+    then the flat forward (or the split one, with zeroed slots each launch) over the rows, in
+    parts (_flat_step)."""
     a, b, n = x.shape
     rows, v, chunk = a * b, p.lanes, p.widths[0]
+    split = p.kind == "split"
+    if split and int64 is None:
+        raise ValueError("a split flat rows plan needs int64(shape, zeroed) for its slots")
     xf, yf = _flat(x), _flat(y)
     rf = None if rstd is None else _flat(rstd)
     has_weight = weight is not None
     shifted = None
     if has_weight:
         shifted = _shift_weight(weight, empty, v, chunk, -(-n // chunk), 0, stream)
-    kernel = _VARIANTS["forward_flat", False][p.hints]
+    op = "forward_split" if split else "forward_flat"
+    kernel = _VARIANTS[op, False][p.hints]
     step = _flat_step(n, v)
     base = dict(constants(p, casting, has_weight, rf is not None), eps=float(eps), offset=float(offset), n=n,
                 N=n if p.static else 0, w_shift=shifted if has_weight else y.reshape(rows, n))  # fmt: skip
+    splits = -(-n // chunk)
+    if split:
+        base.update(split_values(splits, (rows, next_pow2(splits)), polls))
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         xs = xf[r0 * n : r1 * n]
         values = dict(base, x=xs, w=weight if has_weight else xs, y=yf[r0 * n : r1 * n],
                       rstd_out=xs if rf is None else rf[r0:r1])  # fmt: skip
-        launch(stream, (min(p.grid, r1 - r0),), kernel, arguments("forward_flat", values))
+        if split:  # a group of SPLIT blocks a row, at most one a row
+            values["slots"] = int64((r1 - r0, base["SLOTS_W"]), True)
+            launch(stream, (min(p.grid // splits, r1 - r0) * splits,), kernel, arguments(op, values))
+        else:
+            launch(stream, (min(p.grid, r1 - r0),), kernel, arguments(op, values))
 
 
 def _shift_weight(weight, empty, v: int, chunk: int, chunks: int, first: int, stream):

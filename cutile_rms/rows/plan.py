@@ -175,6 +175,11 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   that the row tiles left to the core (but line-aligned ones) and the odd and 2 mod 4 ones of
   16000-20480 that the flat forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES:
   1.03-1.18x).
+- session 50: fp32 odd and 2 mod 4 rows, contiguous, whose flat forward's rows in flight fill more
+  than SPLIT_L2_SHARE of L2 (29790-65535 on 132 SMs) run the split flat forward (``split_fit``,
+  ``split_plan``: a row's 16 KB segments on as many blocks, loaded 16 bytes a thread from the flat
+  array, their sums exchanged as the core's split kernels exchange them: 1.08-1.16x the core's
+  split kernel and the flat forward).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -198,7 +203,8 @@ it comes in (batch invariance; where the tile's rows change with A, that rests o
 per-row layout, the same at one, two and four rows a tile on tileiras 13.4, sm_90, which
 test_rows_batch_invariance checks on the GPU at 2048 and 4096; the flat rows kernels,
 whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
-kernels._exact_sum); A sets the grid and
+kernels._exact_sum, and the split flat forward each segment's squares: kernels.split._exact_sum3);
+A sets the grid and
 whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
@@ -1582,6 +1588,66 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
                     v, static, prefetch=prefetch)  # fmt: skip
 
 
+# The split flat forward (kernels.rows_fwd_flat_split, ``split_plan``): rows contiguous end to end,
+# each row's SPLIT_SEGMENT_BYTES-wide column segments on SPLIT blocks (at most SPLIT_MAX_BLOCKS, each
+# group's blocks resident at once: SPLIT_BLOCKS an SM) that exchange their sums through the core's
+# slots, each segment's interior loaded 16 bytes a thread from the flat array (the flat forward's
+# reads) and held in registers: one pass over memory. It takes the forward of fp32 rows that are
+# not 16-byte aligned (odd and 2 mod 4) once the flat forward's rows in flight (LONG_MIN_BLOCKS an
+# SM) fill more than SPLIT_L2_SHARE of L2, up to SPLIT_MAX_BLOCKS segments (``split_fit``). Before,
+# the flat forward ran them up to FLAT_FP32_L2_SHARE and the core's split kernel past it, whose
+# 2-D row view of such rows loads 4 or 8 bytes a thread: 62-66% of the copy where it ran 16-byte
+# aligned rows (fp32 45056) at 92.5% (session 50, s50b). H200, graph replay, about 64 Mi elements, us
+# (s50d, s50e): the core's split -> split flat in 16 KB segments at 4 blocks of 4 warps: 42631
+# 203.0 -> 175.2, 50035 205.2 -> 178.8, 54883 196.9 -> 179.2, 63990 192.0 -> 174.4; the flat forward
+# -> split flat: 30450 189.1 -> 172.6 (its rows in flight 64% of L2), 27002 171.8 -> 172.8 (57%),
+# 24001 169.1 -> 167.3 (51%). 32 KB segments at 2 blocks of 8 warps: 186-203 (188.4 at 63990), 16
+# KB at 2 blocks 280-293 (twice the exchanges a row's bytes). Both fp32 shapes compile to 128
+# registers without stack (CPU SASS); 16-bit rows lost to the flat forward (bf16 42631-63990:
+# 147-163 against 87-109) and keep it. The split flat forward reaches 72-74% of the copy, not the
+# aligned split's 92%: what costs the rest (the fixed-point sum per element is the suspect) is
+# not measured yet (bench/NOTES.md, session 50).
+SPLIT_SEGMENT_BYTES = 16 * 1024
+SPLIT_BLOCKS = 4
+SPLIT_WARPS = 4
+SPLIT_MAX_BLOCKS = 16  # the core's MAX_SPLIT (its slots' widths)
+SPLIT_L2_SHARE = 0.6  # (between 27002's tie at 57% and 30450's gain at 64%)
+
+
+def split_fit(n: int, elem_size: int, op: str = "forward", *, num_sms: int) -> bool:
+    """Whether op on rows of n elements runs on the split flat forward where the caller's rows
+    are contiguous end to end (SPLIT_* above): the forward of fp32 rows that are not 16-byte
+    aligned, whose flat forward's rows in flight overflow SPLIT_L2_SHARE of L2, in at most
+    SPLIT_MAX_BLOCKS segments, the last of at least 16 bytes' two vectors (``split_plan``)."""
+    if op != "forward" or elem_size != 4 or not unaligned(n, elem_size):
+        return False
+    v, chunk = FLAT_ALIGN_BYTES // elem_size, SPLIT_SEGMENT_BYTES // elem_size
+    splits = -(-n // chunk)
+    full = LONG_MIN_BLOCKS * num_sms * n * elem_size > SPLIT_L2_SHARE * L2_BYTES
+    return full and 1 < splits <= min(SPLIT_MAX_BLOCKS, num_sms) and n - (splits - 1) * chunk >= 2 * v
+
+
+def split_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, chunk: int | None = None,
+               warps: int | None = None, occupancy: int | None = None) -> RowsPlan:  # fmt: skip
+    """The plan of the split flat forward (kind "split") for (a, b, n) rows contiguous end to end
+    (SPLIT_* above): widths[0] the segment (chunk, elements: a power of two), ``lanes`` the
+    elements of 16 bytes, grid SPLIT x groups, the groups as many as SMs x occupancy hold, at most
+    the rows. The keywords override the rules (probes)."""
+    if op != "forward":
+        raise ValueError("the split flat rows kernel is a forward")
+    v = FLAT_ALIGN_BYTES // elem_size
+    chunk = chunk or SPLIT_SEGMENT_BYTES // elem_size
+    splits = -(-n // chunk)
+    occupancy = occupancy or SPLIT_BLOCKS
+    last = n - (splits - 1) * chunk  # (at least 2 V elements: a segment's interior is never empty)
+    fits = 1 < splits <= min(SPLIT_MAX_BLOCKS, num_sms * occupancy) and last >= 2 * v
+    if chunk > EXACT_SUM_MAX_LANES - 2 * v or not fits:
+        raise ValueError(f"no split flat plan for rows of {n} in segments of {chunk}")
+    groups = max(1, min(a * b, num_sms * occupancy // splits))
+    return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or SPLIT_WARPS, occupancy, groups * splits, False, True,
+                    LOADS_GATHER, "split", v, False)  # fmt: skip
+
+
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
                warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
                static: bool = False, lane_elems: int = LANES_ELEMS) -> RowsPlan:  # fmt: skip
@@ -1634,7 +1700,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
          any_length: bool = False, lanes: bool | None = None, static: bool = True, long: bool | None = None,
          chunk: int | None = None, unroll: bool | None = None, onepass: bool | None = None,
          prefetch: bool | None = None, flat: bool | None = False, fill: bool = True,
-         core_bits: bool = False) -> RowsPlan | None:  # fmt: skip
+         core_bits: bool = False, split: bool = False) -> RowsPlan | None:  # fmt: skip
     """The plan for an (a, b, n) problem of elem_size-byte elements on num_sms SMs, or None when
     the rules leave its rows to the core kernels (see the module's docstring). The keywords
     override the rules (probes, tests: max_pieces=1: one padded tile per row, None: the rules'
@@ -1660,12 +1726,17 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
     plans); core_bits: whether the caller's inputs give ``lone_tma``'s tile the core's bits
     (``same_bits``: aligned rows, a weight of x's dtype or none); False, the default for
-    callers that cannot tell, keeps those rows on the core at every M."""
+    callers that cannot tell, keeps those rows on the core at every M; split: True runs the split
+    flat forward (``split_plan``, a probe keyword; the rules take it where flat is None and
+    ``split_fit``)."""
     if op not in OPS:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
+    split = split or (flat is None and long is None and not overridden and split_fit(n, elem_size, op, num_sms=num_sms))
+    if split:  # the split flat forward (split_plan; ``split`` True: probes)
+        return split_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
     fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op, num_sms=num_sms)
     if fits and op == "forward" and elem_size == 4 and long_static_chunk(n, elem_size, num_sms, static):

@@ -121,6 +121,14 @@ from cutile_rms.rows.kernels.long import (  # noqa: F401
     rows_dot_long,
     rows_fwd_long,
 )
+from cutile_rms.rows.kernels.split import (  # noqa: F401
+    _exact_sum3,
+    _own_sum,
+    _segment,
+    _segment_bounds,
+    _segment_y,
+    rows_fwd_flat_split,
+)
 from cutile_rms.rows.kernels.tile import (  # noqa: F401
     _add_piece,
     _add_row_tile,

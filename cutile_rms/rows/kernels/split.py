@@ -1,0 +1,166 @@
+"""The split flat forward (plan kind "split": plan.split_plan): rows contiguous end to end, read
+as one flat array as the flat forward reads them, each row shared by SPLIT blocks that exchange
+their sums of squares through the core split kernels' slots (cutile_rms.rmsnorm.kernels.split).
+
+    rstd = 1 / sqrt(mean(x^2) + eps),  y = x * rstd * (offset + w)
+
+Block b takes column segment s = b % SPLIT, columns [s TILE_N, min((s + 1) TILE_N, n)), of rows
+g, g + G, ... (g = b // SPLIT, G = grid / SPLIT). The segment's flat elements [fs, fe) have an
+interior [a, b) whose ends are 16-byte boundaries (the flat forward's: loaded and stored 16 bytes
+a thread through a slice of the flat array) and a head [fs, a) and tail [b, fe) of fewer than V
+elements each, gathered and scattered one by one. The interior's weight comes from the flat
+forward's shifted copies (rows_weight_shift): copy k = a - fs, chunk s.
+
+One pass over memory: a block holds its segment's x in registers while it waits for its
+partners, as the core's split forward does, where the flat forward reads a row twice (its second
+pass from L2, which rows past plan.FLAT_FP32_L2_SHARE overflow) and the core's split kernel on
+rows whose starts are not 16-byte aligned loads 4 bytes a thread (bench/NOTES.md, session 50).
+
+Batch invariance: a segment's partial is _exact_sum's int64 fixed point over the segment's own
+squares, which does not depend on where the 16-byte boundaries fall (the row's position); the
+partials add in slot order (_slot_sum). A row's rstd is the same at every position and M.
+
+No block waits for a partner without bound (the core's POLLS, SPIN_LIMIT): a block whose partners
+have not published puts the row aside and finishes it after its loop, from the slots where they
+have published by then, else from every segment's partial computed by itself, in slot order
+(the same bits)."""
+
+import cuda.tile as ct
+
+from cutile_rms._tile import tile_function, tile_kernel
+from cutile_rms.rmsnorm.kernels import _normalize, _weight_factor
+from cutile_rms.rmsnorm.kernels.split import _aside, _publish, _published, _put_aside, _slot_sum
+from cutile_rms.rows.kernels.common import C_BOOL, C_INT, ZERO
+from cutile_rms.rows.kernels.flat import EXACT_SUM_BITS, FP32_MAX, _flat_edge, _flat_edge_y
+
+
+@tile_function
+def _fixed(v, scale):
+    """The int64 fixed point of fp32 values v at scale (truncated toward zero), summed ((1,))."""
+    return ct.sum(ct.astype(ct.astype(v, ct.float64) * scale, ct.int64), axis=0, keepdims=True)
+
+
+@tile_function
+def _exact_sum3(p, h, t):
+    """(1,) fp32 sum of the non-negative values of three 1-D fp32 tiles taken together, by
+    kernels.flat._exact_sum's fixed point (each value truncated 2^EXACT_SUM_BITS below the
+    largest, the int64s summed exactly): it depends on the values only, not on which tile or lane
+    holds each. Tiles holding an inf or a NaN take the plain sum."""
+    top = ct.maximum(ct.max(p, axis=0, keepdims=True), ct.maximum(ct.max(h, axis=0, keepdims=True),
+                                                                  ct.max(t, axis=0, keepdims=True)))  # fmt: skip
+    exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
+    bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
+    scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every value under 2^48
+    q = _fixed(p, scale) + _fixed(h, scale) + _fixed(t, scale)
+    total = ct.astype(ct.astype(q, ct.float64) / scale, ct.float32)
+    plain = ct.sum(p, axis=0, keepdims=True) + ct.sum(h, axis=0, keepdims=True) + ct.sum(t, axis=0, keepdims=True)
+    return ct.where(plain <= FP32_MAX, total, plain)
+
+
+@tile_function
+def _segment_bounds(r, s, n, TILE_N: C_INT, V: C_INT):
+    """(fs, a, b, fe) of segment s of row r: its flat elements [fs, fe) and their interior [a, b)
+    (a: the first 16-byte boundary at or after fs, b: the last at or before fe, never before a;
+    an interior may be empty)."""
+    fs = r * n + s * TILE_N
+    fe = r * n + min(s * TILE_N + TILE_N, n)
+    a = ct.assume_divisible_by((fs + V - 1) // V * V, V)
+    b = ct.assume_divisible_by(max(fe // V * V, a), V)
+    return fs, a, b, fe
+
+
+@tile_function
+def _segment(x, w, w_shift, r, s, n, TILE_N: C_INT, V: C_INT, HAS_WEIGHT: C_BOOL):
+    """Segment s of row r: (head x, w, interior x, w, tail x, w, its exact sum of squares (1,)),
+    w raw (x again without a weight), 0 past each part's end."""
+    fs, a, b, fe = _segment_bounds(r, s, n, TILE_N, V)
+    xh, wh = _flat_edge(x, w, fs, s * TILE_N, min(a, fe), V, HAS_WEIGHT)
+    xt, wt = _flat_edge(x, w, b, b - r * n, fe, V, HAS_WEIGHT)
+    xi = ct.load(x.slice(axis=0, start=a, stop=b), (0,), (TILE_N,), padding_mode=ZERO, allow_tma=False)
+    wi = xi
+    if HAS_WEIGHT:
+        ws = w_shift.slice(axis=0, start=a - fs, stop=a - fs + 1)
+        wi = ct.reshape(ct.load(ws, (0, s), (1, TILE_N), check_bounds=False, allow_tma=False), (TILE_N,))
+    hf = ct.astype(xh, ct.float32)
+    tf = ct.astype(xt, ct.float32)
+    xf = ct.astype(xi, ct.float32)
+    return xh, wh, xi, wi, xt, wt, _exact_sum3(xf * xf, hf * hf, tf * tf)
+
+
+@tile_function
+def _segment_y(y, xh, wh, xi, wi, xt, wt, r, s, n, rstd, offset, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
+               HAS_WEIGHT: C_BOOL):  # fmt: skip
+    """Stores y of segment s of row r from its loads (_segment) and the row's rstd ((1,) fp32)."""
+    fs, a, b, fe = _segment_bounds(r, s, n, TILE_N, V)
+    wp = ct.full((TILE_N,), 1.0, dtype=ct.float32)
+    if HAS_WEIGHT:
+        wp = _weight_factor(wi, offset, CASTING)
+    ct.store(y.slice(axis=0, start=a, stop=b), (0,), ct.astype(_normalize(xi, rstd, wp, CASTING, HAS_WEIGHT), y.dtype),
+             allow_tma=False)  # fmt: skip
+    _flat_edge_y(y, xh, wh, fs, min(a, fe), rstd, offset, V, CASTING, HAS_WEIGHT)
+    _flat_edge_y(y, xt, wt, b, fe, rstd, offset, V, CASTING, HAS_WEIGHT)
+
+
+@tile_function
+def _own_sum(x, w, w_shift, r, n, TILE_N: C_INT, V: C_INT, SPLIT: C_INT, SLOTS_W: C_INT, HAS_WEIGHT: C_BOOL):
+    """Row r's sum of squares from every segment's partial computed here, summed as _slot_sum
+    sums the slots ((1, 1)): a put-aside row whose partners never published."""
+    cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
+    parts = ct.zeros((1, SLOTS_W), dtype=ct.float32)
+    for k in range(SPLIT):
+        xh, wh, xi, wi, xt, wt, part = _segment(x, w, w_shift, r, k, n, TILE_N, V, HAS_WEIGHT)
+        parts = ct.where(cols == k, ct.reshape(part, (1, 1)), parts)
+    return ct.sum(parts, axis=1, keepdims=True)
+
+
+@tile_function
+def _finish(x, w, w_shift, y, rstd_out, total, r, s, n, eps, offset, TILE_N: C_INT, V: C_INT, CASTING: C_INT,
+            HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """y of segment s of row r (and its rstd, from segment 0) from the row's sum of squares
+    ((1, 1))."""
+    rstd = ct.reshape(ct.rsqrt(total / n + eps), (1,))
+    xh, wh, xi, wi, xt, wt, part = _segment(x, w, w_shift, r, s, n, TILE_N, V, HAS_WEIGHT)
+    _segment_y(y, xh, wh, xi, wi, xt, wt, r, s, n, rstd, offset, TILE_N, V, CASTING, HAS_WEIGHT)
+    if STORE_RSTD:  # noqa: SIM102 (a compile-time flag, then a runtime test)
+        if s == 0:
+            ct.store(rstd_out, (r,), rstd, allow_tma=False)
+
+
+@tile_kernel
+def rows_fwd_flat_split(x, w, w_shift, y, rstd_out, slots, eps, offset, n, TILE_N: C_INT, V: C_INT, SPLIT: C_INT,
+                        SLOTS_W: C_INT, POLLS: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL,
+                        STORE_RSTD: C_BOOL):  # fmt: skip
+    """The split flat forward (module docstring): x and y the rows as one flat array of rows x n
+    elements, rstd_out (rows,) fp32, w (n,), w_shift (V, SPLIT x TILE_N) from rows_weight_shift,
+    slots (rows, SLOTS_W) int64, zero-filled for each launch. n <= SPLIT x TILE_N < n + TILE_N;
+    the grid a multiple of SPLIT."""
+    s = ct.bid(0) % SPLIT
+    g = ct.bid(0) // SPLIT
+    groups = ct.num_blocks(0) // SPLIT
+    rows = x.shape[0] // n
+    put_aside = 0
+    limit = POLLS  # after a first put-aside, one poll a row (a partner that late stays late)
+    for r in range(g, rows, groups):
+        xh, wh, xi, wi, xt, wt, part = _segment(x, w, w_shift, r, s, n, TILE_N, V, HAS_WEIGHT)
+        _publish(slots, r, s, ct.reshape(part, (1, 1)), 1)
+        got, complete = _published(slots, r, limit, SPLIT, SLOTS_W, 1)
+        if complete:
+            rstd = ct.reshape(ct.rsqrt(_slot_sum(got, SLOTS_W, 1) / n + eps), (1,))
+            _segment_y(y, xh, wh, xi, wi, xt, wt, r, s, n, rstd, offset, TILE_N, V, CASTING, HAS_WEIGHT)
+            if STORE_RSTD:  # noqa: SIM102 (a compile-time flag, then a runtime test)
+                if s == 0:
+                    ct.store(rstd_out, (r,), rstd, allow_tma=False)
+        else:  # a partner has not run (POLLS): finished after the loop
+            _put_aside(slots, r, s, 1)
+            put_aside += 1
+            limit = 1
+    if put_aside > 0:
+        for r in range(g, rows, groups):
+            mine, got, complete = _aside(slots, r, s, SPLIT, SLOTS_W, 1)
+            if mine:
+                if complete:  # noqa: SIM108 (a kernel: no conditional expressions)
+                    total = _slot_sum(got, SLOTS_W, 1)
+                else:
+                    total = _own_sum(x, w, w_shift, r, n, TILE_N, V, SPLIT, SLOTS_W, HAS_WEIGHT)
+                _finish(x, w, w_shift, y, rstd_out, total, r, s, n, eps, offset, TILE_N, V, CASTING, HAS_WEIGHT,
+                        STORE_RSTD)  # fmt: skip
