@@ -632,14 +632,13 @@ def _flat_jobs(add):
         for casting, has_weight, store in ((K.CAST_GEMMA, True, True), (K.CAST_NONE, False, False)):
             p = split_plan("forward", 1574, 1, 42631, 4, 132)
             flat = arr("float32", 1, last_div=1)
-            splits = -(-42631 // p.widths[0])
             _ALIGNED[0] = False
             weight = arr("float32", 1)  # a weight of any length
             _ALIGNED[0] = True
             values = dict(RL.constants(p, casting, has_weight, store), x=flat, y=flat, eps=F32, offset=F32, n=I32,
                           rstd_out=mvec() if store else flat, w=weight if has_weight else flat,
                           w_shift=arr("float32", 2) if has_weight else arr("float32", 2, last_div=1),
-                          slots=arr("int64", 2, 1), SPLIT=splits, SLOTS_W=16, POLLS=K.SPIN_LIMIT)  # fmt: skip
+                          slots=arr("int64", 2, 1), **RL.split_constants(42631, p.widths[0], K.SPIN_LIMIT))  # fmt: skip
             add(f"rows forward_split float32 cast={casting} w={has_weight} rstd={store} {p}",
                 RL._VARIANTS["forward_split", False][p.hints],
                 [values[k] for k in RL.KERNELS["forward_split"][1]])  # fmt: skip

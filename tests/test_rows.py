@@ -885,18 +885,20 @@ def test_split_flat_forward(dev, shape, chunk, groups, what, dtype, casting, has
 
 
 @pytest.mark.parametrize("n,n_interpreted", [(29791, 12301), (30450, 12302), (42631, 16381)], ids=str)
-def test_split_flat_position_invariance(dev, monkeypatch, n, n_interpreted, gen):
+def test_split_flat_position_invariance(dev, monkeypatch, request, n, n_interpreted, gen):
     """A row's bits on the split flat forward (the rules' plan for fp32 odd and 2 mod 4 rows past
     plan.SPLIT_L2_SHARE) do not depend on where it sits: each segment's partial is the fixed-point
     sum of its own squares, wherever its 16-byte boundaries fall (kernels.split._exact_sum3). One row
     copied to 5 consecutive rows (every residue r N mod 4 of odd N) gives 5 equal outputs; rows k..
     of a batch alone give what they give in it; y and rstd against float64. (The interpreter runs
-    shorter rows of the same residues, whose 4 segments its 4 SMs hold.)"""
+    shorter rows of the same residues, whose 4 segments its 4 SMs hold, on the rule widened to them.)"""
     kinds = []
     real = RL.run_forward
     monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
-    if dev == "cpu":  # the interpreter's 4 SMs (4 segments at most): shorter rows and an L2 that they overflow
-        monkeypatch.setattr(rows_plan_module, "L2_BYTES", 2**19)
+    if dev == "cpu":  # the interpreter's 4 SMs (4 segments at most): shorter rows, which the rule gives it
+        rows_plan_module.plan.cache_clear()  # (plans are cached: none made by the rule may serve, and
+        request.addfinalizer(rows_plan_module.plan.cache_clear)  # none made with this one may outlive it)
+        monkeypatch.setattr(rows_plan_module, "split_fit", lambda n, es, op="forward", *, num_sms: op == "forward")
         n = n_interpreted
     x, _, w = make_inputs((9, n), torch.float32, dev, generator=gen)
     x[3:8] = x[2]
@@ -915,8 +917,10 @@ def test_split_flat_position_invariance(dev, monkeypatch, n, n_interpreted, gen)
 def test_split_flat_forward_puts_rows_aside(dev, gen):
     """The split flat forward whose blocks poll once for their partners (POLLS = 1: on the GPU most
     of a row's 16 partners have not published by then) puts rows aside and finishes them after its
-    loop, from the slots or from every segment's partial computed itself: y and rstd bitwise those
-    of the default polls, and against float64; on the GPU some slot is marked put aside."""
+    loop, from the slots or from every segment's partial computed itself (kernels.split._own_sum):
+    y and rstd against float64; on the GPU some slot is marked put aside and y and rstd are bitwise
+    those of the default polls, where no row is put aside. (The interpreter polls once either way:
+    every block of a group but its last puts its rows aside there.)"""
     from cutile_rms.rmsnorm.kernels import PUT_ASIDE
 
     m, n = (64, 65535) if dev == "cuda" else (3, 16381)  # 16 segments (the interpreter: 4, its SMs)
@@ -943,7 +947,7 @@ def test_split_flat_forward_puts_rows_aside(dev, gen):
     if dev == "cuda":
         torch.cuda.synchronize()
         assert int(((slots[1] & PUT_ASIDE) != 0).sum()) > 0, "no row was put aside"
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
     check_all(
         {"y": outs[1][0], "rstd": outs[1][1]}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma")
@@ -961,10 +965,16 @@ def test_split_rule():
         assert (p.kind, p.widths[0], p.occupancy, p.warps) == ("split", 4096, SPLIT_BLOCKS, SPLIT_WARPS), n
         assert p.grid == min(999, SMS * SPLIT_BLOCKS // -(-n // 4096)) * -(-n // 4096) and split_fit(n, 4, num_sms=SMS)
         assert plan("forward", 999, 1, n, 4, SMS) is None  # (no flat array: the core)
-        assert plan("backward", 999, 1, n, 4, SMS, flat=None) is None or not split_fit(n, 4, "backward", num_sms=SMS)
+        q = plan("backward", 999, 1, n, 4, SMS, flat=None)
+        assert q is None or q.kind != "split", q
+        for keywords in ({"warps": 8}, {"long": True}, {"flat": True}, {"chunk": 2048}):  # overrides: not the rule
+            q = plan("forward", 999, 1, n, 4, SMS, flat=keywords.pop("flat", None), **keywords)
+            assert q is None or q.kind != "split", (n, keywords, q)
     assert plan("forward", 999, 1, 29789, 4, SMS, flat=None).kind == "flat"  # (29789: 59.99% of L2)
-    for n in (29792, 45056, 61441, 65537, 70001):  # aligned; a last segment of 1; past 16 segments
+    for n in (29792, 45056, 61441, 61447, 65537, 70001):  # aligned; a last segment of 1 or 7; past 16 segments
         assert not split_fit(n, 4, num_sms=SMS), n
+    assert split_fit(61448 + 1, 4, num_sms=SMS)  # a last segment of 2 V + 1
+    assert not split_fit(20478, 4, num_sms=400) and split_fit(20490, 4, num_sms=400)  # (the static long forward's)
     assert not split_fit(42631, 2, num_sms=SMS) and not split_fit(63990, 2, num_sms=SMS)
 
 

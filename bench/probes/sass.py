@@ -274,12 +274,11 @@ def flat_params(p, dt, m, n, casting=None):
 
     flat = any_length(array(dt, (m * n,)))
     weight = dataclasses.replace(any_length(array(dt, (n,))), base_addr_divisible_by=1)
-    splits = -(-n // p.widths[0])
-    slots_w = 1 << (splits - 1).bit_length()
+    split = RL.split_constants(n, p.widths[0], 1)  # (POLLS: a constant of its own, any value will do)
     values = dict(RL.constants(p, _casting(dt, casting), True), x=flat, y=flat, w=weight, eps=F32, offset=F32, n=I32,
-                  N=n if p.static else 0, w_shift=array(dt, (p.lanes, splits * p.widths[0])),
-                  rstd_out=any_length(array(ct.float32, (m,))), slots=array(ct.int64, (m, slots_w)), SPLIT=splits,
-                  SLOTS_W=slots_w, POLLS=256)  # fmt: skip
+                  N=n if p.static else 0, w_shift=array(dt, (p.lanes, -(-n // p.widths[0]) * p.widths[0])),
+                  rstd_out=any_length(array(ct.float32, (m,))), slots=array(ct.int64, (m, split["SLOTS_W"])),
+                  **split)  # fmt: skip
     name = "forward_split" if p.kind == "split" else "forward_flat"
     return RL._VARIANTS[name, False].kernel, [values[k] for k in RL.KERNELS[name][1]], {
         "occupancy": p.occupancy, "num_worker_warps": p.warps}  # fmt: skip

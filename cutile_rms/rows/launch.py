@@ -28,7 +28,8 @@ from cutile_rms.rows.plan import FLAT_MAX_ELEMS, RowsPlan
 from cutile_rms.rows.plan import plan as rules_plan
 
 __all__ = ["BACKWARD_PARAMS", "FLAT_PARAMS", "FORWARD_PARAMS", "LANES_PARAMS", "LONG_PARAMS", "arguments",
-           "constants", "narrow_lookahead", "plan", "run_backward", "run_forward", "static_layout"]  # fmt: skip
+           "constants", "narrow_lookahead", "plan", "run_backward", "run_forward", "split_constants",
+           "static_layout"]  # fmt: skip
 
 FORWARD_PARAMS = ("x", "r", "w", "y", "s_out", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "W0", "W1", "W2",
                   "CASTING", "HAS_WEIGHT", "STORE_RSTD", "RESIDUAL", "CHECK_A", "CHECK_N", "LOADS",
@@ -133,6 +134,13 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
                 ROUND_XHAT=has_weight and casting != CK.CAST_GEMMA)  # fmt: skip
 
 
+def split_constants(n: int, chunk: int, polls: int | None = None) -> dict:
+    """The split flat forward's SPLIT, SLOTS_W and POLLS for rows of n elements in chunk-wide
+    segments (the core split kernels' split_values; polls: its poll bound, None: theirs)."""
+    splits = -(-n // chunk)
+    return split_values(splits, (0, next_pow2(splits)), polls)
+
+
 def arguments(op: str, values: dict) -> tuple:
     """The argument tuple of op's kernel from named values (arrays, scalars, constants)."""
     return tuple(values[name] for name in KERNELS[op][1])
@@ -220,7 +228,9 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
                 N=n if p.static else 0, w_shift=shifted if has_weight else y.reshape(rows, n))  # fmt: skip
     splits = -(-n // chunk)
     if split:
-        base.update(split_values(splits, (rows, next_pow2(splits)), polls))
+        if p.grid < splits or p.grid % splits:
+            raise ValueError(f"a split flat plan's grid is whole groups of {splits} blocks, got {p.grid}")
+        base.update(split_constants(n, chunk, polls))
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         xs = xf[r0 * n : r1 * n]

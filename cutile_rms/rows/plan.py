@@ -237,6 +237,8 @@ __all__ = [
     "same_bits",
     "short_backward",
     "short_view_rows",
+    "split_fit",
+    "split_plan",
     "static_fit",
     "unaligned",
     "vector_lanes",
@@ -1123,8 +1125,9 @@ class RowsPlan:
     of the backward's 2-D grid); kind "lanes" (lanes_plan): rows padded to widths[0], each held
     by ``lanes`` lanes of widths[0] // lanes elements; kind "flat" (flat_plan): rows contiguous
     end to end, read as one flat array in widths[0]-wide chunks, ``lanes`` the elements of 16
-    bytes. static: the kernels take the row length
-    and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
+    bytes; kind "split" (split_plan): the same rows, each row's widths[0]-wide segments on
+    cdiv(n, widths[0]) blocks that exchange their sums (grid: a multiple of that). static: the
+    kernels take the row length and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only; the flat
@@ -1618,8 +1621,11 @@ def split_fit(n: int, elem_size: int, op: str = "forward", *, num_sms: int) -> b
     """Whether op on rows of n elements runs on the split flat forward where the caller's rows
     are contiguous end to end (SPLIT_* above): the forward of fp32 rows that are not 16-byte
     aligned, whose flat forward's rows in flight overflow SPLIT_L2_SHARE of L2, in at most
-    SPLIT_MAX_BLOCKS segments, the last of at least 16 bytes' two vectors (``split_plan``)."""
+    SPLIT_MAX_BLOCKS segments, the last of at least two 16-byte vectors (``split_plan``), past the
+    static long forward's rows (LONG_UNROLL_MAX_CHUNKS chunks of LONG_WIDE_CHUNK_BYTES)."""
     if op != "forward" or elem_size != 4 or not unaligned(n, elem_size):
+        return False
+    if n * elem_size <= LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES:  # (the static long forward's: more SMs)
         return False
     v, chunk = FLAT_ALIGN_BYTES // elem_size, SPLIT_SEGMENT_BYTES // elem_size
     splits = -(-n // chunk)
@@ -1641,7 +1647,7 @@ def split_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     occupancy = occupancy or SPLIT_BLOCKS
     last = n - (splits - 1) * chunk  # (at least 2 V elements: a segment's interior is never empty)
     fits = 1 < splits <= min(SPLIT_MAX_BLOCKS, num_sms * occupancy) and last >= 2 * v
-    if chunk > EXACT_SUM_MAX_LANES - 2 * v or not fits:
+    if chunk & (chunk - 1) or not 2 * v <= chunk <= EXACT_SUM_MAX_LANES - 2 * v or not fits:
         raise ValueError(f"no split flat plan for rows of {n} in segments of {chunk}")
     groups = max(1, min(a * b, num_sms * occupancy // splits))
     return RowsPlan(op, 1, 1, (chunk, 0, 0), warps or SPLIT_WARPS, occupancy, groups * splits, False, True,
@@ -1734,7 +1740,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if a < 1 or b < 1:
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
-    split = split or (flat is None and long is None and not overridden and split_fit(n, elem_size, op, num_sms=num_sms))
+    auto = flat is None and long is None and chunk is None and not overridden
+    split = split or (auto and split_fit(n, elem_size, op, num_sms=num_sms))
     if split:  # the split flat forward (split_plan; ``split`` True: probes)
         return split_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)

@@ -24,7 +24,9 @@ or gathers for the checked pieces of rows that are not 16-byte aligned. Bounds a
 where a tile can overhang: CHECK_A (TILE_A does not divide A; gathered kernels skip the check on
 the tiles wholly inside A) and CHECK_N (the pieces cover more than N: only the last piece can
 overhang). Padded lanes load as 0 and add nothing; stores past the bounds are dropped. Rows
-longer than one block holds (plan.long_plan) run on the long-row kernels at the end.
+longer than one block holds (plan.long_plan) run on the long-row kernels at the end; long rows
+contiguous end to end whose starts are not 16-byte aligned on the flat rows kernels (flat.py) and
+the split flat forward (split.py: a row's segments on as many blocks, one pass over memory).
 
 Casting modes and the rounding of xhat for dW are the core kernels' (cutile_rms.rmsnorm.kernels);
 the forwards here also take CAST_LLAMA_NATIVE (their weight loaded raw, ``_weight_factor``), which

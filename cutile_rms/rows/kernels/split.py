@@ -13,7 +13,7 @@ forward's shifted copies (rows_weight_shift): copy k = a - fs, chunk s.
 
 One pass over memory: a block holds its segment's x in registers while it waits for its
 partners, as the core's split forward does, where the flat forward reads a row twice (its second
-pass from L2, which rows past plan.FLAT_FP32_L2_SHARE overflow) and the core's split kernel on
+pass from L2, which its rows in flight fill past plan.SPLIT_L2_SHARE) and the core's split kernel on
 rows whose starts are not 16-byte aligned loads 4 bytes a thread (bench/NOTES.md, session 50).
 
 Batch invariance: a segment's partial is _exact_sum's int64 fixed point over the segment's own
@@ -22,14 +22,14 @@ partials add in slot order (_slot_sum). A row's rstd is the same at every positi
 
 No block waits for a partner without bound (the core's POLLS, SPIN_LIMIT): a block whose partners
 have not published puts the row aside and finishes it after its loop, from the slots where they
-have published by then, else from every segment's partial computed by itself, in slot order
-(the same bits)."""
+have published by then, else from every segment's partial computed by itself, encoded and summed
+as the slots are (_own_sum: the same bits)."""
 
 import cuda.tile as ct
 
 from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import _normalize, _weight_factor
-from cutile_rms.rmsnorm.kernels.split import _aside, _publish, _published, _put_aside, _slot_sum
+from cutile_rms.rmsnorm.kernels.split import SLOT_BITS, SLOT_FLAG, _aside, _publish, _published, _put_aside, _slot_sum
 from cutile_rms.rows.kernels.common import C_BOOL, C_INT, ZERO
 from cutile_rms.rows.kernels.flat import EXACT_SUM_BITS, FP32_MAX, _flat_edge, _flat_edge_y
 
@@ -46,15 +46,17 @@ def _exact_sum3(p, h, t):
     kernels.flat._exact_sum's fixed point (each value truncated 2^EXACT_SUM_BITS below the
     largest, the int64s summed exactly): it depends on the values only, not on which tile or lane
     holds each. Tiles holding an inf or a NaN take the plain sum."""
-    top = ct.maximum(ct.max(p, axis=0, keepdims=True), ct.maximum(ct.max(h, axis=0, keepdims=True),
-                                                                  ct.max(t, axis=0, keepdims=True)))  # fmt: skip
+    tp = ct.max(p, axis=0, keepdims=True, propagate_nan=True)  # a NaN lane: the plain sum (as _exact_sum)
+    th = ct.max(h, axis=0, keepdims=True, propagate_nan=True)
+    tt = ct.max(t, axis=0, keepdims=True, propagate_nan=True)
+    top = ct.maximum(tp, ct.maximum(th, tt))
     exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
     bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
     scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every value under 2^48
     q = _fixed(p, scale) + _fixed(h, scale) + _fixed(t, scale)
     total = ct.astype(ct.astype(q, ct.float64) / scale, ct.float32)
     plain = ct.sum(p, axis=0, keepdims=True) + ct.sum(h, axis=0, keepdims=True) + ct.sum(t, axis=0, keepdims=True)
-    return ct.where(plain <= FP32_MAX, total, plain)
+    return ct.where(tp <= FP32_MAX, ct.where(th <= FP32_MAX, ct.where(tt <= FP32_MAX, total, plain), plain), plain)
 
 
 @tile_function
@@ -103,14 +105,16 @@ def _segment_y(y, xh, wh, xi, wi, xt, wt, r, s, n, rstd, offset, TILE_N: C_INT, 
 
 @tile_function
 def _own_sum(x, w, w_shift, r, n, TILE_N: C_INT, V: C_INT, SPLIT: C_INT, SLOTS_W: C_INT, HAS_WEIGHT: C_BOOL):
-    """Row r's sum of squares from every segment's partial computed here, summed as _slot_sum
-    sums the slots ((1, 1)): a put-aside row whose partners never published."""
+    """Row r's sum of squares ((1, 1)) from every segment's partial computed here, each encoded
+    as _publish encodes it and summed by _slot_sum itself: a put-aside row whose partners never
+    published gets the bits of the slots' sum."""
     cols = ct.reshape(ct.arange(SLOTS_W, dtype=ct.int32), (1, SLOTS_W))
-    parts = ct.zeros((1, SLOTS_W), dtype=ct.float32)
+    slots = ct.full((1, SLOTS_W), SLOT_FLAG, dtype=ct.int64)  # (columns past SPLIT: read as published, 0.0)
     for k in range(SPLIT):
         xh, wh, xi, wi, xt, wt, part = _segment(x, w, w_shift, r, k, n, TILE_N, V, HAS_WEIGHT)
-        parts = ct.where(cols == k, ct.reshape(part, (1, 1)), parts)
-    return ct.sum(parts, axis=1, keepdims=True)
+        bits = ct.astype(ct.bitcast(ct.reshape(part, (1, 1)), ct.int32), ct.int64) & SLOT_BITS
+        slots = ct.where(cols == k, bits | SLOT_FLAG, slots)
+    return _slot_sum(slots, SLOTS_W, 1)
 
 
 @tile_function
