@@ -226,7 +226,7 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
     step = _flat_step(n, v)
     base = dict(constants(p, casting, has_weight, rf is not None), eps=float(eps), offset=float(offset), n=n,
                 N=n if p.static else 0, w_shift=shifted if has_weight else y.reshape(rows, n))  # fmt: skip
-    splits = -(-n // chunk)
+    splits = -(-n // chunk) if split else 1  # blocks a row (a group: the split flat forward)
     if split:
         if p.grid < splits or p.grid % splits:
             raise ValueError(f"a split flat plan's grid is whole groups of {splits} blocks, got {p.grid}")
@@ -236,11 +236,9 @@ def _run_forward_flat(p: RowsPlan, x, weight, y, rstd, eps: float, offset: float
         xs = xf[r0 * n : r1 * n]
         values = dict(base, x=xs, w=weight if has_weight else xs, y=yf[r0 * n : r1 * n],
                       rstd_out=xs if rf is None else rf[r0:r1])  # fmt: skip
-        if split:  # a group of SPLIT blocks a row, at most one a row
+        if split:  # (new zeroed slots each launch)
             values["slots"] = int64((r1 - r0, base["SLOTS_W"]), True)
-            launch(stream, (min(p.grid // splits, r1 - r0) * splits,), kernel, arguments(op, values))
-        else:
-            launch(stream, (min(p.grid, r1 - r0),), kernel, arguments(op, values))
+        launch(stream, (min(p.grid // splits, r1 - r0) * splits,), kernel, arguments(op, values))  # groups <= rows
 
 
 def _shift_weight(weight, empty, v: int, chunk: int, chunks: int, first: int, stream):

@@ -75,6 +75,7 @@ from cutile_rms.rows.kernels.flat import (  # noqa: F401
     EXACT_SUM_BITS,
     EXACT_SUM_MAX_LANES,
     FP32_MAX,
+    _exact_scale,
     _exact_sum,
     _flat_bounds,
     _flat_chunk,

@@ -117,6 +117,14 @@ FP32_MAX = 3.4028234663852886e38
 
 
 @tile_function
+def _exact_scale(top):
+    """The fp64 power of two 2^(EXACT_SUM_BITS + 126 - top's biased exponent) that puts every
+    value of magnitude up to top ((1,) fp32) under 2^EXACT_SUM_BITS: _exact_sum's fixed point."""
+    exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
+    return ct.bitcast(ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64) << 52, ct.float64)
+
+
+@tile_function
 def _exact_sum(acc, SIGNED: C_BOOL):
     """(1,) fp32 sum of a 1-D tile of fp32 values (non-negative unless SIGNED) that does not
     depend on where in the tile each value sits: each is scaled by a power of two (from the
@@ -128,9 +136,7 @@ def _exact_sum(acc, SIGNED: C_BOOL):
     survive the conversion to int64)."""
     size = ct.abs(acc) if SIGNED else acc
     top = ct.max(size, axis=0, keepdims=True, propagate_nan=True)  # a NaN lane: the plain sum
-    exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
-    bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
-    scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every lane under 2^48
+    scale = _exact_scale(top)
     q = ct.astype(ct.astype(acc, ct.float64) * scale, ct.int64)
     total = ct.astype(ct.astype(ct.sum(q, axis=0, keepdims=True), ct.float64) / scale, ct.float32)
     return ct.where(top <= FP32_MAX, total, ct.sum(acc, axis=0, keepdims=True))

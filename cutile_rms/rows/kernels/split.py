@@ -31,7 +31,7 @@ from cutile_rms._tile import tile_function, tile_kernel
 from cutile_rms.rmsnorm.kernels import _normalize, _weight_factor
 from cutile_rms.rmsnorm.kernels.split import SLOT_BITS, SLOT_FLAG, _aside, _publish, _published, _put_aside, _slot_sum
 from cutile_rms.rows.kernels.common import C_BOOL, C_INT, ZERO
-from cutile_rms.rows.kernels.flat import EXACT_SUM_BITS, FP32_MAX, _flat_edge, _flat_edge_y
+from cutile_rms.rows.kernels.flat import FP32_MAX, _exact_scale, _flat_edge, _flat_edge_y
 
 
 @tile_function
@@ -43,16 +43,14 @@ def _fixed(v, scale):
 @tile_function
 def _exact_sum3(p, h, t):
     """(1,) fp32 sum of the non-negative values of three 1-D fp32 tiles taken together, by
-    kernels.flat._exact_sum's fixed point (each value truncated 2^EXACT_SUM_BITS below the
+    kernels.flat._exact_sum's fixed point (_exact_scale: each value truncated 2^EXACT_SUM_BITS below the
     largest, the int64s summed exactly): it depends on the values only, not on which tile or lane
     holds each. Tiles holding an inf or a NaN take the plain sum."""
     tp = ct.max(p, axis=0, keepdims=True, propagate_nan=True)  # a NaN lane: the plain sum (as _exact_sum)
     th = ct.max(h, axis=0, keepdims=True, propagate_nan=True)
     tt = ct.max(t, axis=0, keepdims=True, propagate_nan=True)
     top = ct.maximum(tp, ct.maximum(th, tt))
-    exponent = (ct.bitcast(top, ct.int32) >> 23) & 255
-    bits = ct.astype(1023 + EXACT_SUM_BITS + 126 - exponent, ct.int64)
-    scale = ct.bitcast(bits << 52, ct.float64)  # 2^(48 + 126 - exponent): every value under 2^48
+    scale = _exact_scale(top)
     q = _fixed(p, scale) + _fixed(h, scale) + _fixed(t, scale)
     total = ct.astype(ct.astype(q, ct.float64) / scale, ct.float32)
     plain = ct.sum(p, axis=0, keepdims=True) + ct.sum(h, axis=0, keepdims=True) + ct.sum(t, axis=0, keepdims=True)
