@@ -1607,11 +1607,17 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
 # 24001 169.1 -> 167.3 (51%). 32 KB segments at 2 blocks of 8 warps: 186-203 (188.4 at 63990), 16
 # KB at 2 blocks 280-293 (twice the exchanges a row's bytes). Both fp32 shapes compile to 128
 # registers without stack (CPU SASS); 16-bit rows lost to the flat forward (bf16 42631-63990:
-# 147-163 against 87-109) and keep it. The split flat forward reaches 72-74% of the copy, not the
-# aligned split's 92%: what costs the rest (the fixed-point sum per element is the suspect) is
-# not measured yet (bench/NOTES.md, session 50).
+# 147-163 against 87-109) and keep it. Session 51 (s51b, s51d): the fixed point took three
+# conversions a square (f2i: one, 2-3% faster; no fixed point at all, not position-free: 80% of the
+# copy), and the interior's weight, loaded with x and held to the end of the row (64 of 128
+# registers a thread), is read after the row's sum: 96 registers (CPU SASS, no stack), so 5 blocks
+# an SM (80 KB of x in flight where 4 held 64 KB), us, 4 blocks -> 5 with the late weight: 30450
+# 168.3 -> 157.4, 42631 172.5 -> 166.1, 50035 174.9 -> 159.5, 54883 176.1 -> 158.5, 63990 170.8 ->
+# 156.0 (77-82% of the copy); at 4 blocks the late weight ran 175-184, and the weight held across
+# rows at 4 blocks (no reload while a block's rows share one shift) 1-2% (bf16 stays on the flat
+# forward: 124-143 against 87-109).
 SPLIT_SEGMENT_BYTES = 16 * 1024
-SPLIT_BLOCKS = 4
+SPLIT_BLOCKS = 5
 SPLIT_WARPS = 4
 SPLIT_MAX_BLOCKS = 16  # the core's MAX_SPLIT (its slots' widths)
 SPLIT_L2_SHARE = 0.6  # (between 27002's tie at 57% and 30450's gain at 64%)
