@@ -176,7 +176,7 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   16000-20480 that the flat forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES:
   1.03-1.18x).
 - session 50: fp32 odd and 2 mod 4 rows, contiguous, whose flat forward's rows in flight fill more
-  than SPLIT_L2_SHARE of L2 (29790-65535 on 132 SMs) run the split flat forward (``split_fit``,
+  than SPLIT_L2_SHARE of L2 (22342-65535 on 132 SMs; session 51: from 29790) run the split flat forward (``split_fit``,
   ``split_plan``: a row's 16 KB segments on as many blocks, loaded 16 bytes a thread from the flat
   array, their sums exchanged as the core's split kernels exchange them: 1.08-1.16x the core's
   split kernel and the flat forward).
@@ -1615,12 +1615,15 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
 # 168.3 -> 157.4, 42631 172.5 -> 166.1, 50035 174.9 -> 159.5, 54883 176.1 -> 158.5, 63990 170.8 ->
 # 156.0 (77-82% of the copy); at 4 blocks the late weight ran 175-184, and the weight held across
 # rows at 4 blocks (no reload while a block's rows share one shift) 1-2% (bf16 stays on the flat
-# forward: 124-143 against 87-109).
+# forward: 124-143 against 87-109). Its reach at 5 blocks (s51e), the flat forward -> split flat:
+# 21001 165.4 -> 164.0 (the flat forward's rows in flight 42% of L2), 24001 169.1 -> 154.4 (48%),
+# 27002 171.8 -> 154.1 (54%).
 SPLIT_SEGMENT_BYTES = 16 * 1024
 SPLIT_BLOCKS = 5
 SPLIT_WARPS = 4
 SPLIT_MAX_BLOCKS = 16  # the core's MAX_SPLIT (its slots' widths)
-SPLIT_L2_SHARE = 0.6  # (between 27002's tie at 57% and 30450's gain at 64%)
+SPLIT_L2_SHARE = 0.45  # (5 blocks, s51e: between 21001's tie at 42% of L2 and 24001's gain at 48%;
+# 4 blocks, s50e: 0.6, between 27002's tie at 54% and 30450's gain at 61%)
 
 
 def split_fit(n: int, elem_size: int, op: str = "forward", *, num_sms: int) -> bool:
