@@ -740,7 +740,7 @@ def test_flat_rule():
         assert not plan("forward", 1176, 1, n, 2, SMS, flat=None, static=False).static  # runtime layouts
         q = plan("forward", 1176, 1, n, 2, SMS)
         assert q is None or q.kind != "flat"  # flat=False (the default)
-    for n in (16001, 17425, 18002, 20481, 22341):  # fp32 odd and 2 mod 4 from 64000 bytes (past 22341: split)
+    for n in (16001, 17425, 18002, 20481, 22338, 22341):  # fp32 odd and 2 mod 4 from 64000 bytes (past 22341: split)
         # (16 KB chunks; up to 20480 elements on static layouts the static long forward: LONG_FP32_*)
         past = n > UNROLL_CHUNKS * LONG_WIDE_CHUNK_BYTES // 4
         p = plan("forward", 1176, 1, n, 4, SMS, flat=None, static=past)
@@ -911,6 +911,34 @@ def test_split_flat_position_invariance(dev, monkeypatch, request, n, n_interpre
             yk, rk = rms_norm_forward(x[k:], w, EPS)
             assert kinds[-1] == "split" and torch.equal(yk, y[k:]) and torch.equal(rk, rstd[k:]), k
     yr, rr, _, _ = rms_norm_ref_grads(x, x, w, EPS)
+    check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma"))
+
+
+@pytest.mark.parametrize("scale", [1e-18, 1.0, 1e12], ids=str)
+def test_split_flat_forward_extreme_scales(dev, monkeypatch, request, scale, gen):
+    """The split flat forward's fixed point at both ends of its scale 2^k (kernels.split._exact_scale32:
+    k = 48 + 126 - the largest square's exponent, two fp32 factors): rows of 1e-18 (squares near 1e-36,
+    k past 127: the second factor not 1) and of 1e12 (squares near 1e24, k below 0) with eps 0, y and
+    rstd against float64, one row copied to 5 positions with equal bits. (The interpreter: shorter
+    rows on the rule widened to them, as test_split_flat_position_invariance.)"""
+    n = 29791
+    if dev == "cpu":
+        rows_plan_module.plan.cache_clear()
+        request.addfinalizer(rows_plan_module.plan.cache_clear)
+        monkeypatch.setattr(rows_plan_module, "split_fit", lambda n, es, op="forward", *, num_sms: op == "forward")
+        n = 12301
+    kinds = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    x, _, w = make_inputs((9, n), torch.float32, dev, generator=gen)
+    x = x * scale
+    x[3:8] = x[2]
+    with torch.no_grad():
+        y, rstd = rms_norm_forward(x, w, 0.0)
+    assert kinds[-1] == "split"
+    for r in range(3, 8):
+        assert torch.equal(y[r], y[2]) and torch.equal(rstd[r], rstd[2]), r
+    yr, rr, _, _ = rms_norm_ref_grads(x, x, w, 0.0)
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rr}, tolerances(torch.float32, torch.float32, "gemma"))
 
 
@@ -1318,9 +1346,23 @@ def _rounded_squares(sass_text):
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize("n", [22342, 63990], ids=str)
+def test_split_plans_compile_without_spills(n, sass):
+    """The split flat forward of the rules' plans (fp32, plan.SPLIT_BLOCKS an SM) fits its registers
+    to that many blocks without a stack, its interiors loaded 16 bytes a thread: session 51's 5
+    blocks of 4 warps hold 102 registers a thread at most (96 measured, bench/NOTES.md s51d)."""
+    p = plan("forward", 999, 1, n, 4, SMS, flat=None)
+    assert p.kind == "split" and p.occupancy == SPLIT_BLOCKS, p
+    kernel, params, hints = sass.flat_params(p, sass.ct.float32, 999, n, CK.CAST_GEMMA)
+    r = sass.compile_report(kernel, params, **hints)
+    fits = 65536 // (SPLIT_BLOCKS * SPLIT_WARPS * 32)
+    assert r.get("STACK", 0) == 0 and r.get("LOCAL", 0) == 0 and r["REG"] <= fits and r["ops"].get("LDG.128", 0) > 0, r
+
+
+@pytest.mark.compile
 @pytest.mark.parametrize("dtype,n", [("bfloat16", 12001), ("bfloat16", 24577), ("float16", 33333), ("bfloat16", 57085),
                                      ("float16", 63566), ("float16", 200001), ("float32", 21001),
-                                     ("float32", 22341)])  # fmt: skip
+                                     ("float32", 22338)])  # fmt: skip
 @pytest.mark.parametrize("casting", [CK.CAST_LLAMA, CK.CAST_LLAMA_NATIVE, CK.CAST_GEMMA], ids=str)
 def test_flat_plans_compile_without_spills(dtype, n, casting, sass):
     """The flat forward of the rules' plans holds its registers with 16-byte loads: one whole
@@ -2100,7 +2142,7 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("n", [74, 128, 133, 227, 267, 441, 510, 610, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168,
-                               10563, 14340, 16384, 17408, 18856, 25263])  # fmt: skip
+                               10563, 14340, 16384, 17408, 18856, 22338, 25263])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan and on those they leave to the core kernels (one tile per
@@ -2109,7 +2151,8 @@ def test_rows_batch_invariance(dtype, n):
     16-bit, the core's tile below, whose bits are the row tile's; fp32 16384: the core's tile,
     from LONE_TMA_TILES_PER_SM an SM as a row tile, test_lone_tma_bits_are_the_cores), a padded
     piece, gathered tiles whose whole tiles skip the row checks, long rows (fp32 14340, 18856: the
-    static long forward with its lookahead, session 49), few rows on tiles of
+    static long forward with its lookahead, session 49), fp32 rows read as one flat array (22338:
+    the flat forward; 25263: the split flat forward, plan.split_fit), few rows on tiles of
     fewer rows: plan.FILL_TILES_PER_SM), y of inference and, of the training forward, rstd (a 1-ulp
     difference of rstd seldom shows in a 16-bit y). torch.equal takes -0.0 for 0.0: the sign of a
     zero y where the weight holds -0.0 may differ across 16384's switch (README, Limitations)."""

@@ -176,10 +176,11 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   16000-20480 that the flat forward took run the static long forward (LONG_FP32_CORE_LINE_BYTES:
   1.03-1.18x).
 - session 50: fp32 odd and 2 mod 4 rows, contiguous, whose flat forward's rows in flight fill more
-  than SPLIT_L2_SHARE of L2 (22342-65535 on 132 SMs; session 51: from 29790) run the split flat forward (``split_fit``,
-  ``split_plan``: a row's 16 KB segments on as many blocks, loaded 16 bytes a thread from the flat
-  array, their sums exchanged as the core's split kernels exchange them: 1.08-1.16x the core's
-  split kernel and the flat forward).
+  than SPLIT_L2_SHARE of L2 run the split flat forward (``split_fit``, ``split_plan``: a row's 16 KB
+  segments on as many blocks, loaded 16 bytes a thread from the flat array, their sums exchanged as
+  the core's split kernels exchange them: 1.08-1.16x the core's split kernel and the flat forward,
+  29790-65535 on 132 SMs); session 51: its weight read after the row's sum, 5 blocks an SM, from
+  22342 (1.09-1.29x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -1603,8 +1604,8 @@ def flat_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
 # aligned rows (fp32 45056) at 92.5% (session 50, s50b). H200, graph replay, about 64 Mi elements, us
 # (s50d, s50e): the core's split -> split flat in 16 KB segments at 4 blocks of 4 warps: 42631
 # 203.0 -> 175.2, 50035 205.2 -> 178.8, 54883 196.9 -> 179.2, 63990 192.0 -> 174.4; the flat forward
-# -> split flat: 30450 189.1 -> 172.6 (its rows in flight 64% of L2), 27002 171.8 -> 172.8 (57%),
-# 24001 169.1 -> 167.3 (51%). 32 KB segments at 2 blocks of 8 warps: 186-203 (188.4 at 63990), 16
+# -> split flat: 30450 189.1 -> 172.6 (its rows in flight 61% of L2), 27002 171.8 -> 172.8 (54%),
+# 24001 169.1 -> 167.3 (48%). 32 KB segments at 2 blocks of 8 warps: 186-203 (188.4 at 63990), 16
 # KB at 2 blocks 280-293 (twice the exchanges a row's bytes). Both fp32 shapes compile to 128
 # registers without stack (CPU SASS); 16-bit rows lost to the flat forward (bf16 42631-63990:
 # 147-163 against 87-109) and keep it. Session 51 (s51b, s51d): the fixed point took three
