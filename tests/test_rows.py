@@ -884,6 +884,21 @@ def test_split_flat_forward(dev, shape, chunk, groups, what, dtype, casting, has
     assert torch.equal(x, x0)
 
 
+def _split_rule_rows(dev, monkeypatch, request, n, n_interpreted):
+    """(n, kinds): the row length a split flat forward test runs where the rules plan the split flat
+    forward (the interpreter's 4 SMs hold 4 segments at most: n_interpreted, on the rule widened to
+    it), and the kinds of the rows plans run_forward runs from here on."""
+    kinds = []
+    real = RL.run_forward
+    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    if dev == "cpu":
+        rows_plan_module.plan.cache_clear()  # (plans are cached: none made by the rule may serve, and
+        request.addfinalizer(rows_plan_module.plan.cache_clear)  # none made with this one may outlive it)
+        monkeypatch.setattr(rows_plan_module, "split_fit", lambda n, es, op="forward", *, num_sms: op == "forward")
+        n = n_interpreted
+    return n, kinds
+
+
 @pytest.mark.parametrize("n,n_interpreted", [(29791, 12301), (30450, 12302), (42631, 16381)], ids=str)
 def test_split_flat_position_invariance(dev, monkeypatch, request, n, n_interpreted, gen):
     """A row's bits on the split flat forward (the rules' plan for fp32 odd and 2 mod 4 rows past
@@ -892,14 +907,7 @@ def test_split_flat_position_invariance(dev, monkeypatch, request, n, n_interpre
     copied to 5 consecutive rows (every residue r N mod 4 of odd N) gives 5 equal outputs; rows k..
     of a batch alone give what they give in it; y and rstd against float64. (The interpreter runs
     shorter rows of the same residues, whose 4 segments its 4 SMs hold, on the rule widened to them.)"""
-    kinds = []
-    real = RL.run_forward
-    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
-    if dev == "cpu":  # the interpreter's 4 SMs (4 segments at most): shorter rows, which the rule gives it
-        rows_plan_module.plan.cache_clear()  # (plans are cached: none made by the rule may serve, and
-        request.addfinalizer(rows_plan_module.plan.cache_clear)  # none made with this one may outlive it)
-        monkeypatch.setattr(rows_plan_module, "split_fit", lambda n, es, op="forward", *, num_sms: op == "forward")
-        n = n_interpreted
+    n, kinds = _split_rule_rows(dev, monkeypatch, request, n, n_interpreted)
     x, _, w = make_inputs((9, n), torch.float32, dev, generator=gen)
     x[3:8] = x[2]
     with torch.no_grad():
@@ -921,15 +929,7 @@ def test_split_flat_forward_extreme_scales(dev, monkeypatch, request, scale, gen
     k past 127: the second factor not 1) and of 1e12 (squares near 1e24, k below 0) with eps 0, y and
     rstd against float64, one row copied to 5 positions with equal bits. (The interpreter: shorter
     rows on the rule widened to them, as test_split_flat_position_invariance.)"""
-    n = 29791
-    if dev == "cpu":
-        rows_plan_module.plan.cache_clear()
-        request.addfinalizer(rows_plan_module.plan.cache_clear)
-        monkeypatch.setattr(rows_plan_module, "split_fit", lambda n, es, op="forward", *, num_sms: op == "forward")
-        n = 12301
-    kinds = []
-    real = RL.run_forward
-    monkeypatch.setattr(RL, "run_forward", lambda p, *a, **k: kinds.append(p.kind) or real(p, *a, **k))
+    n, kinds = _split_rule_rows(dev, monkeypatch, request, 29791, 12301)
     x, _, w = make_inputs((9, n), torch.float32, dev, generator=gen)
     x = x * scale
     x[3:8] = x[2]
