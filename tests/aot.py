@@ -557,15 +557,18 @@ def _long_jobs(add):
                 continue
             aligned, _ALIGNED[0] = _ALIGNED[0], True
             try:
-                if op == "forward":  # aligned rows (22528 elements): plain loads
-                    job(long_plan(op, 4099, 1, 22528, es, 132), 22528, x, casting, has_weight, kernels, "aligned")
+                if op == "forward":  # aligned rows (22528 elements): plain loads, runtime layouts' persistent grid
+                    p = long_plan(op, 4099, 1, 22528, es, 132, static=False)
+                    assert not p.static and p.grid < 4099, p
+                    job(p, 22528, x, casting, has_weight, kernels, "aligned")
                     for n in (7168, 10240):  # up to 5 chunks: static, unrolled, 4 and 8 blocks (session 28)
                         p = long_plan(op, 4099, 1, n, es, 132)
                         assert p.static and p.unroll and p.grid == 4099, p
                         job(p, n, x, casting, has_weight, kernels, "aligned static")
-                    for n in (9016, 20488):  # 8 | N, not 16: 16-byte rows on static layouts (plan.vector_rows)
-                        p = long_plan(op, 4099, 1, n, es, 132)
-                        assert p.static and p.unroll == (n < 20480), p
+                    for n in (9016, 20488, 25984):  # 8 | N: 16-byte rows on static layouts (plan.vector_rows),
+                        p = long_plan(op, 4099, 1, n, es, 132)  # 8 KB chunks, then 16 KB with the lookahead
+                        assert p.static and p.unroll and p.widths[0] == (n > 20480) * 4096 + 4096, p
+                        assert p.prefetch == (n > 20480), p
                         job(p, n, x, casting, has_weight, kernels, "8 | N static")
                     for n in (17284, 28044, 20478):  # even unaligned rows: a block a row, 8 / 16 KB (session 29),
                         p = long_plan(op, 4099, 1, n, es, 132)  # 16 KB with the second pass's lookahead (session 48)

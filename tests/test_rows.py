@@ -146,11 +146,17 @@ def test_plan_rules():
     mid = plan("forward", 9362, 1, 10240, 2, SMS)  # 20 KB: 8 blocks an SM keep the rows in flight within L2
     assert (mid.kind, mid.occupancy, mid.grid, mid.static, mid.unroll) == ("long", 8, 9362, True, True)
     assert plan("forward", 9362, 1, 7168, 2, SMS).occupancy == 4  # a last chunk past half a chunk: 4 blocks
-    assert not plan("forward", 9, 1, 22528, 2, SMS).static  # past LONG_UNROLL_MAX_CHUNKS: the runtime layouts' plan
+    wide = plan("forward", 9, 1, 22528, 2, SMS)  # past five 8 KB chunks: five 16 KB ones, 2 blocks, the lookahead
+    assert (wide.kind, wide.widths[0], wide.occupancy, wide.grid, wide.static, wide.unroll, wide.prefetch) == (
+        "long", 8192, 2, 9, True, True, True)  # fmt: skip
+    assert not plan("forward", 9, 1, 22528, 2, SMS, static=False).static  # runtime layouts: a persistent grid
     assert plan("forward", 2048, 1, 18432, 2, SMS, long=False).widths == (16384, 2048, 0)  # the row tiles' own
     assert plan("forward", 2048, 1, 18432, 2, SMS, tile_rows=1).kind == "tile"  # overrides: the row tiles
     assert plan("forward", 2979, 1, 22528, 2, SMS).kind == "long"  # past the row tiles: the core padded it to 32768
-    assert plan("forward", 9, 1, 24576 + 2048, 2, SMS) is None  # 4 rows an SM overflow half of L2: the core
+    assert plan("forward", 9, 1, 24576 + 2048, 2, SMS).kind == "long"  # 4 rows an SM overflow half of L2: wide chunks
+    assert plan("forward", 9, 1, 24576 + 2048, 2, SMS, static=False) is None  # (runtime layouts: the core)
+    assert plan("forward", 9, 1, 40960 + 16, 2, SMS) is None  # past five 16 KB chunks: the core
+    assert plan("forward", 9, 1, 40960 + 8, 2, SMS, flat=None).kind == "flat"  # (8 mod 16, contiguous: flat)
     assert plan("forward", 9, 1, 32768, 2, SMS) is None  # a power of two: the core
     assert plan("forward", 9, 1, 5376, 2, SMS).kind == "tile"  # 10.5 KB: the row tiles
     assert plan("forward", 9, 1, 6144, 2, SMS).kind == "long"  # 12 KB: LONG_STATIC_MIN_BYTES
@@ -607,6 +613,8 @@ LONG_PREFETCH_CASES = [
     ((3, 3000), torch.float16, 4096, "shorter than a chunk"),
     ((5, 9000), torch.float32, None, "fp32, 8 KB chunks"),
     ((5, 18856), torch.float32, None, "fp32, 16 KB chunks"),
+    ((3, 25984), torch.bfloat16, None, "16 | N past long_fit, 16 KB chunks"),
+    ((3, 27000), torch.float16, None, "8 mod 16 past long_fit, 16 KB chunks"),
 ]
 
 
@@ -721,16 +729,17 @@ def test_flat_rule():
     low bit] or more where the caller allows it (flat=None: rows contiguous end to end); a block a row,
     8 KB chunks at 4 blocks an SM up to 5 chunks, past that 8 KB chunks at 2 with the second pass's
     lookahead (FLAT_PREFETCH_*) up to 128 KB rows, 16 KB chunks at 2 without it beyond, the row
-    length compiled in where two whole chunks fit a row's interior; fp32 odd and 2 mod 4 rows from 64000 bytes while 2
-    an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks), but those of the split flat forward
-    (past SPLIT_L2_SHARE: test_split_rule); never 16 | N 16-bit or 4 | N
-    fp32 rows, shorter rows or a caller that did not allow it. The flat backward
+    length compiled in where two whole chunks fit a row's interior (8 mod 16 rows past five 16 KB
+    chunks: up to that, the static long forward, test_long_static_chunk); fp32 odd and 2 mod 4
+    rows from 64000 bytes while 2 an SM fit FLAT_FP32_L2_SHARE of L2 (16 KB chunks at 2 blocks),
+    but those of the split flat forward (past SPLIT_L2_SHARE: test_split_rule); never 16 | N
+    16-bit or 4 | N fp32 rows, shorter rows or a caller that did not allow it. The flat backward
     (FLAT_BWD_*) takes 16-bit rows from 16 KB that are not 16-byte aligned, odd ones and even ones
     past CORE_BWD_MAX_ELEMS, where the caller allows it and the one-pass long backward does not run
     them: 4 KB chunks (the row dot's 8 KB) on 4 warps at 4 blocks an SM, row groups a multiple of 8
     whose blocks fit the SMs at once, the prefetch."""
     cases = {12001: (4096, 4, False), 12003: (4096, 4, False), 24577: (4096, 2, True), 57085: (4096, 2, True),
-             200001: (8192, 2, False), 32002: (4096, 2, True), 63566: (4096, 2, True), 26632: (4096, 2, True),
+             200001: (8192, 2, False), 32002: (4096, 2, True), 63566: (4096, 2, True), 41000: (4096, 2, True),
              50004: (4096, 2, True), 65535: (4096, 2, True), 65537: (8192, 2, False)}  # fmt: skip
     for n, (chunk, blocks, prefetch) in cases.items():
         assert flat_fit(n, 2, num_sms=SMS) and n * 2 >= FLAT_MIN_BYTES[2][(2 * n) & -(2 * n)]
@@ -1933,18 +1942,21 @@ def test_odd_static():
 
 def test_long_static_chunk():
     """The static long forward, a block a row (sessions 28, 29, 35): 16-bit rows of a multiple of 8
-    elements (16-byte rows on static layouts: plan.vector_rows) of 12 KB up to 5 chunks of 8 KB; even
-    unaligned ones not a multiple of 8 elements from 12 KB, in 8 KB chunks up to 5 and 16 KB chunks
-    up to 5; not shorter or longer ones, nor powers of two, nor runtime layouts. fp32 at these
+    elements (16-byte rows on static layouts: plan.vector_rows) of 12 KB up to 5 chunks of 8 KB and,
+    past that, 16 KB chunks up to 5 (session 52: the rows long_fit's L2 share left to the core or the
+    flat forward, and its own past 20480); even unaligned ones not a multiple of 8 elements from 12 KB,
+    in 8 KB chunks up to 5 and 16 KB chunks up to 5; not shorter or longer ones, nor powers of two,
+    nor runtime layouts. fp32 at these
     lengths: its own class (the next test), here 20478 only (past the row tiles, not line-aligned)."""
     for n, chunk in ((6144 + 2, 4096), (9434, 4096), (20478, 4096), (20482, 8192), (40958, 8192), (7168, 4096),
-                     (6152, 4096), (9992, 4096), (6142, 0), (5564, 0), (40962, 0), (8192, 0), (20496, 0),
-                     (20488, 0)):  # fmt: skip
+                     (6152, 4096), (9992, 4096), (6142, 0), (5564, 0), (40962, 0), (8192, 0), (20496, 8192),
+                     (20488, 8192), (25984, 8192), (27000, 8192), (40960, 8192), (40968, 0), (40976, 0),
+                     (32768, 0)):  # fmt: skip
         assert long_static_chunk(n, 2, SMS) == chunk, n
         assert long_static_chunk(n, 2, SMS, static=False) == 0
         assert long_static_chunk(n, 4, SMS) == (4096 if n == 20478 else 0), n
         p = plan("forward", 99999, 1, n, 2, SMS)
-        assert (p.kind == "long" and p.grid == 99999) == bool(chunk), (n, p)
+        assert (p is not None and p.kind == "long" and p.grid == 99999) == bool(chunk), (n, p)  # (None: the core)
         if chunk:
             assert p.widths[0] == chunk and p.static and p.unroll
             assert n % 8 == 0 or p.occupancy in (2, 4)
@@ -2142,7 +2154,7 @@ def test_rows_mode_falls_back_for_long_rows(dev, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("n", [74, 128, 133, 227, 267, 441, 510, 610, 1024, 2048, 2265, 3072, 4096, 4441, 5376, 7168,
-                               10563, 14340, 16384, 17408, 18856, 22338, 25263])  # fmt: skip
+                               10563, 14340, 16384, 17408, 18856, 22338, 25263, 27000])  # fmt: skip
 def test_rows_batch_invariance(dtype, n):
     """A row's output bits do not depend on how many rows share the call: the default forward
     on lengths the row-tile rules plan and on those they leave to the core kernels (one tile per

@@ -121,8 +121,10 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   long-row kernel: each row read twice, the second time from L2, 8 KB a chunk on 8 warps (no
   padded lanes, few registers, many warps). Up to LONG_UNROLL_MAX_CHUNKS chunks (20480 elements)
   on static layouts with the chunk count compiled in, one block per row, 4 or 8 blocks an SM
-  (session 28: torch.compile's structure; 1.02-1.17x); longer rows, and every such row on runtime
-  layouts from 24 KB on, on a persistent grid at 4 blocks (session 21).
+  (session 28: torch.compile's structure; 1.02-1.17x); every such row on runtime layouts from 24
+  KB on, on a persistent grid at 4 blocks (session 21). Session 52: on static layouts, those of 8 |
+  N past 20480 elements up to 5 chunks of 16 KB (40960) run one block per row too, in 16 KB chunks
+  at 2 blocks with the lookahead (``long_static_chunk``: 1.06-1.27x, a tie at 30976).
 - odd rows (``odd_static``, session 29): their runtime plan, compiled for the row layout (tileiras
   then drops the lanes past N and folds the row offsets: about half the instructions of a lanes
   tile), from 65 elements: forward for 16-bit rows the row tiles hold (but 385-511, whose static
@@ -740,6 +742,19 @@ LONG_UNROLL_WORD_ELEMS = 4
 # rolled: 124.6 against the persistent grid's 118.1). The SASS of the rule's plans holds no stack;
 # 16 KB chunks at 8 blocks spilled 32-88 bytes (9434-13514) and ran 1.2-1.6x slower.
 LONG_WIDE_CHUNK_BYTES = 16 * 1024
+# Aligned 16-bit rows (8 | N on static layouts) past five 8 KB chunks take the same: LONG_UNROLL_MAX_CHUNKS
+# chunks of LONG_WIDE_CHUNK_BYTES, a block a row, at 2 blocks an SM with the lookahead (the L2 share;
+# ``long_static_chunk``). Before session 52 they took the persistent grid of 8 KB chunks at 4 blocks
+# (long_fit's 4 rows an SM within half of L2: up to 24816 on 132 SMs), then the core's bucket-32768
+# tile (one 32768-lane tile a row, one block of 8 warps an SM: 25984 pads 21% of its lanes), the
+# flat forward (8 mod 16 from 26008) and the core's split past 32768. H200, graph replay, about 64
+# Mi elements, us, shipped -> this (s52a, s52c): bf16 22528 81.0 -> 76.7, 24816 86.9 -> 71.4, 25000
+# 90.6 -> 71.8, 25984 88.2 -> 69.8 (92% of the copy; fp16 83.4 -> 69.7), 27000 81.9 -> 75.7, 28672
+# 78.1 -> 70.3, 30976 73.5 -> 73.8 (the one tie: the tile pads 5.5%), 31000 80.9 -> 76.0, 32760
+# 80.7 -> 76.3, 33792 93.4 -> 73.5, 35000 83.6 -> 75.1, 36864 87.8 -> 74.4 (fp16 87.8 -> 74.5), 39000
+# 84.0 -> 77.5, 40000 84.0 -> 77.0. Its persistent grid ran 3-8% slower, its rolled loop 83-84, 8 KB
+# chunks at 4 blocks 82-94 (56 bytes of stack at 25984), the core's split 87-144. CPU SASS of the
+# rules' plans (s52a): 124-128 registers, no stack, LDG.128. 32768 keeps the core's exact tile.
 LONG_FP32_MAX_BLOCKS = 2
 # The static long forward (a block a row, the chunk count compiled in: ``long_static_chunk`` and
 # the aligned rows of ``long_fit``) loads the next whole chunk before it stores this
@@ -1381,7 +1396,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
     # aligned rows by the chunk they run (a probe's chunk too), the others by long_static_chunk
     aligned = vector_rows(n, elem_size, static)
-    fits = long_fit(n, elem_size, num_sms) if aligned else bool(one_row_chunk)
+    fits = bool(one_row_chunk) or (aligned and long_fit(n, elem_size, num_sms))
     one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
     if op == "forward":
         fit = _l2_blocks(n * elem_size, num_sms)
@@ -1422,7 +1437,8 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     """The chunk (elements) of the static long forward, one block per row with the chunk count
     compiled in, for rows of n elements, or 0 where the rules do not run it: 16-bit rows that are
     not a power of two, from LONG_STATIC_MIN_BYTES, aligned ones (``long_fit``) up to
-    LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES, even unaligned ones that load 4 or 8 bytes at
+    LONG_UNROLL_MAX_CHUNKS chunks of LONG_CHUNK_BYTES and past that (whatever ``long_fit`` says)
+    in LONG_WIDE_CHUNK_BYTES chunks up to as many (session 52), even unaligned ones that load 4 or 8 bytes at
     a time (not a multiple of 8 elements) in LONG_CHUNK_BYTES chunks up to as many of them, past
     that in LONG_WIDE_CHUNK_BYTES chunks up to as many (the comments above LONG_STATIC_MIN_BYTES
     and LONG_WIDE_CHUNK_BYTES); fp32 rows that are not a power of two, up to as many
@@ -1441,9 +1457,10 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
         return LONG_WIDE_CHUNK_BYTES // elem_size if padded or core else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
-    if vector_rows(n, elem_size, static):
-        ok = long_fit(n, elem_size, num_sms) and row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]
-        return LONG_CHUNK_BYTES["forward"] // elem_size if ok else 0
+    if vector_rows(n, elem_size, static):  # (past five 8 KB chunks, wide ones: after LONG_WIDE_CHUNK_BYTES)
+        if row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]:
+            return LONG_CHUNK_BYTES["forward"] // elem_size if long_fit(n, elem_size, num_sms) else 0
+        return LONG_WIDE_CHUNK_BYTES // elem_size if row <= LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES else 0
     for chunk_bytes in (LONG_CHUNK_BYTES["forward"], LONG_WIDE_CHUNK_BYTES):
         if row <= LONG_UNROLL_MAX_CHUNKS * chunk_bytes:
             return chunk_bytes // elem_size
@@ -1756,8 +1773,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         return split_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
     fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op, num_sms=num_sms)
-    if fits and op == "forward" and elem_size == 4 and long_static_chunk(n, elem_size, num_sms, static):
-        fits = False  # fp32 rows of the static long forward, which runs them faster (LONG_FP32_*)
+    wide = op == "forward" and (elem_size == 4 or vector_rows(n, elem_size, static))
+    if fits and wide and long_static_chunk(n, elem_size, num_sms, static):
+        fits = False  # fp32 and aligned 16-bit rows of the static long forward, which runs them faster
     if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,
                          persistent=persistent, static=static, prefetch=prefetch)  # fmt: skip
