@@ -225,6 +225,7 @@ from cutile_rms.rows.kernels import EXACT_SUM_MAX_LANES, LOADS_GATHER, LOADS_PLA
 __all__ = [
     "MAX_ROW_ELEMS",
     "RowsPlan",
+    "aligned_backward_tile",
     "backward_by_default",
     "few_rows",
     "flat_fit",
@@ -415,6 +416,26 @@ FP32_BWD_MIN_BYTES = 4 * 1024
 # 212 vs 210, 512 202 vs 210).
 SHORT_BWD_MIN_ELEMS = 96  # the shortest measured (shorter rows: DEFAULT_BACKWARD_BYTES' powers of two)
 SHORT_BWD_MAX_ELEMS = 640
+# Longer aligned 16-bit rows that are not a power of two (a multiple of VECTOR_ELEMS) take the row-tile
+# backward by default too where a tile on ALIGNED_BWD_WARPS warps keeps ALIGNED_BWD_IN_FLIGHT bytes of x
+# and dy in flight an SM within the registers of its blocks (``aligned_backward_tile``): 4 blocks where
+# a thread holds at most ALIGNED_BWD_ELEMS[4] elements of x (as many of dy, and the prefetched tile's),
+# else 2 blocks at most ALIGNED_BWD_ELEMS[2], up to ALIGNED_BWD_MAX_ROWS rows a tile. Before session 52
+# the core's backward ran them (its packed tile, one block an SM, 59-84% of the copy), and the rules'
+# own row tiles held too few bytes (5376: one block of 8 warps, 21 KB). H200, graph replay, about 64
+# Mi elements, bf16, us, the core -> the rule's tile (s52d, s52e): 2304 133.9 -> 105.1 (4 blocks, 37
+# KB), 2560 237.8 -> 102.8, 2880 115.6 -> 103.2 (2 rows at 2 blocks), 3072 111.5 -> 102.2, 4608 163.4
+# -> 108.9 (2 blocks, 37 KB), 5120 129.3 -> 105.1, 5376 144.2 -> 104.7 (fp16 146.1 -> 104.1), 5632
+# 139.6 -> 103.7, 6144 130.6 -> 104.6, 6656 125.0 -> 105.4 (92-95% of the copy). The bounds: 4 blocks
+# lost past 20 elements a thread (2880 131.4, 3072 126.1: the 128-register cap), 2 blocks past 52
+# (7168 148.2, where the core's 119.4 stays), and tiles of fewer bytes in flight lost to the core
+# (3584 on one row at 2 blocks, 29 KB, 137.7 against 106.8; 1536's 25 KB tiles 116-122 against 123;
+# 2304 on 2 rows at 2 blocks, 37 KB but 36 elements a thread, 118.2 against 105.1 on 1 row at 4).
+ALIGNED_BWD_MIN_ELEMS = 2304  # the shortest measured to win (1536: none of its tiles did, by more than 6%)
+ALIGNED_BWD_WARPS = 4
+ALIGNED_BWD_IN_FLIGHT = 36 * 1024
+ALIGNED_BWD_ELEMS = {4: 20, 2: 52}
+ALIGNED_BWD_MAX_ROWS = 2
 # A tile of a head view's rows ((A, B, N): a fused QKV projection's tokens x heads) spans tokens,
 # not heads, in the forward where a row holds ONE_HEAD_ROW_BYTES or more: tileiras 13.4 moves a
 # (tokens, heads, N) tile of several heads through shared memory to change its layout (SASS,
@@ -1285,6 +1306,8 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     lo, hi = DEFAULT_BACKWARD_BYTES
     if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi) or short_backward(n, elem_size):
         return True
+    if aligned_backward_tile(n, elem_size) is not None:  # (ALIGNED_BWD_*: session 52)
+        return True
     if elem_size == 4 and n & (n - 1) and n * elem_size > FP32_BWD_MIN_BYTES and n <= MAX_ROW_ELEMS["backward"]:
         return True
     if not static_fit(n, elem_size, "backward"):
@@ -1308,6 +1331,23 @@ def few_rows(m: int, n: int, num_sms: int) -> bool:
     256) 16-bit still 1.06-1.24x, fp32 0.96-1.10x (4096: 0.96): the bound is the SMs. Shorter rows
     were not timed: they keep their rules (backward_by_default)."""
     return m <= num_sms and FEW_ROWS_MIN_ELEMS <= n <= MAX_ROW_ELEMS["backward"]
+
+
+def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
+    """(rows a tile, blocks an SM) of the default row-tile backward for 16-bit rows of n elements, a
+    multiple of VECTOR_ELEMS, not a power of two, from ALIGNED_BWD_MIN_ELEMS (ALIGNED_BWD_* above),
+    or None where the rules leave them to the core: the first block count, 4 then 2, whose tiles of
+    the most rows (a power of two, at most ALIGNED_BWD_MAX_ROWS) within ALIGNED_BWD_ELEMS elements a
+    thread keep ALIGNED_BWD_IN_FLIGHT bytes of x and dy in flight an SM. A function of n and the
+    element size."""
+    if elem_size != 2 or n % VECTOR_ELEMS or n & (n - 1) == 0 or n < ALIGNED_BWD_MIN_ELEMS:
+        return None
+    threads = 32 * ALIGNED_BWD_WARPS
+    for blocks, elems in sorted(ALIGNED_BWD_ELEMS.items(), reverse=True):
+        rows = min(ALIGNED_BWD_MAX_ROWS, _prev_pow2(elems * threads // n)) if n <= elems * threads else 0
+        if rows and blocks * rows * n * 2 * elem_size >= ALIGNED_BWD_IN_FLIGHT:
+            return rows, blocks
+    return None
 
 
 def short_backward(n: int, elem_size: int) -> bool:
@@ -1768,6 +1808,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     auto = flat is None and long is None and chunk is None and not overridden
+    tile = aligned_backward_tile(n, elem_size) if op == "backward" and not overridden and not lanes else None
+    if tile is not None:  # aligned 16-bit rows' default backward tile (ALIGNED_BWD_*)
+        (tile_rows, occupancy), warps = tile, ALIGNED_BWD_WARPS
     split = split or (auto and split_fit(n, elem_size, op, num_sms=num_sms))
     if split:  # the split flat forward (split_plan; ``split`` True: probes)
         return split_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
