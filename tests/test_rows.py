@@ -1860,20 +1860,20 @@ def test_short_backward_rule():
 
 
 def test_aligned_backward_rule():
-    """The default backward takes aligned 16-bit rows that are not a power of two, from 2304
-    elements, on row tiles of 4 warps that keep 36 KB of x and dy in flight an SM within their
-    blocks' registers (plan.aligned_backward_tile, session 52): one row at 4 blocks up to 20
-    elements a thread, then up to 2 rows at 2 blocks up to 52; the core keeps shorter ones, powers
-    of two, rows whose tiles hold less (3584: 29 KB) and longer ones (7168); fp32 and 8 | N rows
-    keep their rules."""
-    want = {2304: (1, 4), 2560: (1, 4), 2880: (2, 2), 3072: (2, 2), 3328: (2, 2), 4608: (1, 2), 5120: (1, 2),
-            5376: (1, 2), 6144: (1, 2), 6656: (1, 2)}  # fmt: skip
+    """The default backward takes aligned 16-bit rows that are not a power of two on row tiles of 4
+    warps that keep 36 KB of x and dy in flight an SM within their blocks' registers
+    (plan.aligned_backward_tile, session 52): the most rows (up to 2) at 4 blocks within 20
+    elements a thread, else at 2 blocks within 52; the core keeps powers of two, rows whose tiles
+    hold less (1136, 1536: 25 KB, 3584: 29 KB) and longer ones (7168); fp32 and 8 | N rows keep
+    their rules."""
+    want = {1152: (2, 4), 1280: (2, 4), 2304: (1, 4), 2560: (1, 4), 2880: (2, 2), 3072: (2, 2), 3328: (2, 2),
+            4608: (1, 2), 5120: (1, 2), 5376: (1, 2), 6144: (1, 2), 6656: (1, 2)}  # fmt: skip
     for n, (rows, blocks) in want.items():
         assert aligned_backward_tile(n, 2) == (rows, blocks) and backward_by_default(n, 2), n
         p = plan("backward", 99999, 1, n, 2, SMS)
         assert (p.kind, p.tile_a * p.tile_b, p.warps, p.occupancy, p.prefetch) == ("tile", rows, 4, blocks, True), p
         assert n <= sum(p.widths) <= n * 9 // 8, p  # the rules' pieces (2880 pads to 2048 + 1024)
-    for n in (1536, 2048, 3584, 4096, 4352, 6912, 7168, 8192, 5000):  # (5000: 8 | N, its own rule)
+    for n in (1136, 1536, 2048, 3584, 4096, 4352, 6912, 7168, 8192, 5000):  # (5000: 8 | N, its own rule)
         assert aligned_backward_tile(n, 2) is None, n
     assert aligned_backward_tile(5376, 4) is None and not backward_by_default(3584, 2)
     assert not backward_by_default(7168, 2) and not backward_by_default(1536, 2)

@@ -431,7 +431,12 @@ SHORT_BWD_MAX_ELEMS = 640
 # (7168 148.2, where the core's 119.4 stays), and tiles of fewer bytes in flight lost to the core
 # (3584 on one row at 2 blocks, 29 KB, 137.7 against 106.8; 1536's 25 KB tiles 116-122 against 123;
 # 2304 on 2 rows at 2 blocks, 37 KB but 36 elements a thread, 118.2 against 105.1 on 1 row at 4).
-ALIGNED_BWD_MIN_ELEMS = 2304  # the shortest measured to win (1536: none of its tiles did, by more than 6%)
+# Lengths the rule was not fit to (s52f), the core -> the rule: 1280 (2 rows at 4 blocks, 40 KB)
+# 145.2 -> 105.7, 2320 153.9 -> 106.3, 2496 123.7 -> 104.1, 2752 118.5 -> 116.8, 3200 109.5 -> 110.9
+# (the one loss, 1%: 50 elements a thread), 3328 108.6 -> 102.3, 4672 162.3 -> 109.1, 4880 157.6 ->
+# 109.1, 5504 141.9 -> 104.9, 5888 135.2 -> 105.4, 6400 127.8 -> 103.9, 6640 125.1 -> 104.7; fp16 3072
+# 110.6 -> 102.7, 5632 141.4 -> 103.6; and 1536 on 2 rows at 4 blocks (24 elements a thread, which
+# the rule refuses) 139.9 against the core's 123.2. The rule starts where 36 KB first fit: 1152.
 ALIGNED_BWD_WARPS = 4
 ALIGNED_BWD_IN_FLIGHT = 36 * 1024
 ALIGNED_BWD_ELEMS = {4: 20, 2: 52}
@@ -1335,12 +1340,12 @@ def few_rows(m: int, n: int, num_sms: int) -> bool:
 
 def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
     """(rows a tile, blocks an SM) of the default row-tile backward for 16-bit rows of n elements, a
-    multiple of VECTOR_ELEMS, not a power of two, from ALIGNED_BWD_MIN_ELEMS (ALIGNED_BWD_* above),
-    or None where the rules leave them to the core: the first block count, 4 then 2, whose tiles of
+    multiple of VECTOR_ELEMS and not a power of two (ALIGNED_BWD_* above), or None where the rules
+    leave them to the core: the first block count, 4 then 2, whose tiles of
     the most rows (a power of two, at most ALIGNED_BWD_MAX_ROWS) within ALIGNED_BWD_ELEMS elements a
     thread keep ALIGNED_BWD_IN_FLIGHT bytes of x and dy in flight an SM. A function of n and the
     element size."""
-    if elem_size != 2 or n % VECTOR_ELEMS or n & (n - 1) == 0 or n < ALIGNED_BWD_MIN_ELEMS:
+    if elem_size != 2 or n % VECTOR_ELEMS or n & (n - 1) == 0:
         return None
     threads = 32 * ALIGNED_BWD_WARPS
     for blocks, elems in sorted(ALIGNED_BWD_ELEMS.items(), reverse=True):
