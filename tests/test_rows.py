@@ -30,6 +30,7 @@ from cutile_rms.rows.plan import (
     LONE_TMA_WARPS,
     LONG_PREFETCH_MAX_BLOCKS,
     LONG_PREFETCH_REGS,
+    LONG_WARPS,
     LONG_WIDE_CHUNK_BYTES,
     MANY_TILES_WAVES,
     MAX_ROW_ELEMS,
@@ -353,6 +354,7 @@ CASES = [
     ((3, 6152), "8 | N, not 16: static, three pieces"),
     ((3, 7124), "4 mod 8: the backward's one padded piece (PADDED_BWD_MIN_SHARE)"),
     ((5, 2880), "16 | N: the backward's two-row tiles at 2 blocks (aligned_backward_tile)"),
+    ((5, 1280), "16 | N: the backward's two-row tiles at 4 blocks (aligned_backward_tile)"),
 ]
 
 
@@ -1873,6 +1875,14 @@ def test_aligned_backward_rule():
         p = plan("backward", 99999, 1, n, 2, SMS)
         assert (p.kind, p.tile_a * p.tile_b, p.warps, p.occupancy, p.prefetch) == ("tile", rows, 4, blocks, True), p
         assert n <= sum(p.widths) <= n * 9 // 8, p  # the rules' pieces (2880 pads to 2048 + 1024)
+        for a in (1, 7, 133, 4099):  # the tile by N alone, never by the rows (a row's dx bits)
+            q = plan("backward", a, 1, n, 2, SMS)
+            assert (q.tile_a, q.widths, q.warps, q.occupancy) == (p.tile_a, p.widths, p.warps, p.occupancy), (a, q)
+        assert plan("backward", 99, 1, n, 2, SMS, static=False).warps == 4  # runtime layouts too
+    # a caller's or probe's keywords stand: the long kernels keep their warps, given warps their own
+    assert plan("backward", 99, 1, 5376, 2, SMS, long=True).warps == LONG_WARPS["backward"]
+    assert plan("backward", 99, 1, 5376, 2, SMS, warps=8).warps == 8
+    assert plan("backward", 99, 1, 3072, 2, SMS, occupancy=4).occupancy == 4
     for n in (1136, 1536, 2048, 3584, 4096, 4352, 6912, 7168, 8192, 5000):  # (5000: 8 | N, its own rule)
         assert aligned_backward_tile(n, 2) is None, n
     assert aligned_backward_tile(5376, 4) is None and not backward_by_default(3584, 2)

@@ -305,8 +305,9 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     """Allocates and computes ``(dx, dw)``; dx is contiguous with x's shape and dtype (written
     into ``dx_out``, a contiguous tensor of x's shape and dtype, when given), dw has weight's
     shape and dtype (None when weight is None). mode None runs the row-tile backward on the rows
-    that ``backward_by_default`` names (short power-of-two rows, the short rows of a view the
-    core kernels would copy: plan.short_view_rows, and few rows: plan.few_rows; in
+    that ``backward_by_default`` names (short power-of-two rows, the aligned 16-bit rows of
+    ``aligned_backward_tile`` and the others it lists; the short rows of a view the core kernels
+    would copy: plan.short_view_rows, and few rows: plan.few_rows; in
     place too, so that dx and dw have the out-of-place bits: each row tile reads its dy before it
     writes dx there, as the core tile kernels do), "rows" wherever the row-tile rules plan the
     row, the core kernels elsewhere."""

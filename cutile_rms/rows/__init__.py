@@ -7,7 +7,8 @@ chunks, a plan computed from N, the element size and the SM count by rules
 
 The forward runs by default wherever its plan has it (``plan.plan``); the core kernels run the
 rest. The backward runs by default where ``plan.backward_by_default`` says (short power-of-two
-rows of 128-512 bytes, unaligned rows, static rows whose tiles hold 16 warps an SM) or
+rows of 128-512 bytes, unaligned rows, static rows whose tiles hold 16 warps an SM, aligned
+16-bit rows whose tiles keep 36 KiB in flight: ``plan.aligned_backward_tile``) or
 ``plan.few_rows`` (at most as many rows as SMs, of 2048 elements or more) and its plan has the row, and
 wherever its plan has the row with ``rms_norm(..., mode="rows")``; its blocks
 read their next tile before they work on the current one where the registers allow

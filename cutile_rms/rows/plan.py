@@ -13,7 +13,8 @@ The backward's row-tile rules are still the first choices read from the SASS (se
 by default on the rows that ``backward_by_default`` names (short power-of-two rows: session 14's
 comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 8 elements, not
 16, whose static tiles hold 16 warps an SM: session 22; aligned rows up to SHORT_BWD_MAX_ELEMS
-that are not a power of two: session 27) and at most as many rows as SMs of 2048 elements or more
+that are not a power of two: session 27; aligned 16-bit rows whose tiles keep ALIGNED_BWD_IN_FLIGHT
+in flight, ``aligned_backward_tile``: session 52) and at most as many rows as SMs of 2048 elements or more
 (``few_rows``: session 39), elsewhere only with ``mode="rows"``.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
@@ -144,12 +145,12 @@ that are not a power of two: session 27) and at most as many rows as SMs of 2048
   grow); with it the forward of 16-bit 2 mod 4 rows padded to 128-512 runs static lanes of 8
   elements (1.07-1.32x), and the backward of those padded to 128 joins the 4-element lanes.
 - sessions 33-35: the forward of 16-bit rows whose rows are contiguous end to end (the caller's
-  ``flat``), odd ones from 24000 bytes, 2 mod 4 ones from 64000, 8 mod 16 ones from 52000 and 4 mod 8
-  ones past 80 KB (FLAT_MIN_BYTES), reads them as one flat array
-  (``flat_plan``, kernels.rows_fwd_flat): each row's 16-byte aligned interior 16 bytes a load, its
-  head and tail element by element, its weight from 8 shifted copies, its sum of squares from
-  16-byte loads too, added exactly (bf16 57085 2.67x the gathered long kernel, 12001 1.19x the row
-  tiles, 63566 1.15x the long forward's 4-byte loads).
+  ``flat``), odd ones from 24000 bytes, 2 mod 4 ones from 64000, 8 mod 16 ones from 52000 (on static
+  layouts past 40960 elements since session 52) and 4 mod 8 ones past 80 KB (FLAT_MIN_BYTES), reads
+  them as one flat array (``flat_plan``, kernels.rows_fwd_flat): each row's 16-byte aligned
+  interior 16 bytes a load, its head and tail element by element, its weight from 8 shifted
+  copies, its sum of squares from 16-byte loads too, added exactly (bf16 57085 2.67x the gathered
+  long kernel, 12001 1.19x the row tiles, 63566 1.15x the long forward's 4-byte loads).
 - session 35: 16-bit rows of a multiple of 8 elements, not 16, are 16-byte rows on static layouts
   and take the long forward's aligned rules (``vector_rows``: 1.0-1.6x); the fp32 backward of rows
   that are not a power of two, past 4 KB, runs on the row tiles (FP32_BWD_MIN_BYTES: 1.0-1.7x the
@@ -422,21 +423,22 @@ SHORT_BWD_MAX_ELEMS = 640
 # a thread holds at most ALIGNED_BWD_ELEMS[4] elements of x (as many of dy, and the prefetched tile's),
 # else 2 blocks at most ALIGNED_BWD_ELEMS[2], up to ALIGNED_BWD_MAX_ROWS rows a tile. Before session 52
 # the core's backward ran them (its packed tile, one block an SM, 59-84% of the copy), and the rules'
-# own row tiles held too few bytes (5376: one block of 8 warps, 21 KB). H200, graph replay, about 64
-# Mi elements, bf16, us, the core -> the rule's tile (s52d, s52e): 2304 133.9 -> 105.1 (4 blocks, 37
-# KB), 2560 237.8 -> 102.8, 2880 115.6 -> 103.2 (2 rows at 2 blocks), 3072 111.5 -> 102.2, 4608 163.4
-# -> 108.9 (2 blocks, 37 KB), 5120 129.3 -> 105.1, 5376 144.2 -> 104.7 (fp16 146.1 -> 104.1), 5632
-# 139.6 -> 103.7, 6144 130.6 -> 104.6, 6656 125.0 -> 105.4 (92-95% of the copy). The bounds: 4 blocks
-# lost past 20 elements a thread (2880 131.4, 3072 126.1: the 128-register cap), 2 blocks past 52
-# (7168 148.2, where the core's 119.4 stays), and tiles of fewer bytes in flight lost to the core
-# (3584 on one row at 2 blocks, 29 KB, 137.7 against 106.8; 1536's 25 KB tiles 116-122 against 123;
-# 2304 on 2 rows at 2 blocks, 37 KB but 36 elements a thread, 118.2 against 105.1 on 1 row at 4).
-# Lengths the rule was not fit to (s52f), the core -> the rule: 1280 (2 rows at 4 blocks, 40 KB)
+# own row tiles held too few bytes (5376: one block of 8 warps, 21 KiB). H200, graph replay, about
+# 64 Mi elements, bf16, us, the core -> the rule's tile (s52d, s52e): 2304 133.9 -> 105.1 (4 blocks,
+# 36 KiB), 2560 237.8 -> 102.8, 2880 115.6 -> 103.2 (2 rows at 2 blocks), 3072 111.5 -> 102.2, 4608
+# 163.4 -> 108.9 (2 blocks, 36 KiB), 5120 129.3 -> 105.1, 5376 144.2 -> 104.7 (fp16 146.1 -> 104.1),
+# 5632 139.6 -> 103.7, 6144 130.6 -> 104.6, 6656 125.0 -> 105.4 (89-95% of the copy). The bounds: 4
+# blocks lost past 20 elements a thread (2880 131.4, 3072 126.1: the 128-register cap), 2 blocks past
+# 52 (7168 148.2, where the core's 119.4 stays), and tiles of fewer bytes in flight lost to the core
+# or barely won (3584 on one row at 2 blocks, 28 KiB, 137.7 against 106.8; 1536's 24 KiB tiles won
+# by 1-6% only, 116.2 / 122.5 against 123.2, which the bound leaves to the core; 2304 on 2 rows at 2
+# blocks, 36 KiB but 36 elements a thread, 118.2 against 105.1 on 1 row at 4).
+# Lengths the rule was not fit to (s52f), the core -> the rule: 1280 (2 rows at 4 blocks, 40 KiB)
 # 145.2 -> 105.7, 2320 153.9 -> 106.3, 2496 123.7 -> 104.1, 2752 118.5 -> 116.8, 3200 109.5 -> 110.9
 # (the one loss, 1%: 50 elements a thread), 3328 108.6 -> 102.3, 4672 162.3 -> 109.1, 4880 157.6 ->
 # 109.1, 5504 141.9 -> 104.9, 5888 135.2 -> 105.4, 6400 127.8 -> 103.9, 6640 125.1 -> 104.7; fp16 3072
 # 110.6 -> 102.7, 5632 141.4 -> 103.6; and 1536 on 2 rows at 4 blocks (24 elements a thread, which
-# the rule refuses) 139.9 against the core's 123.2. The rule starts where 36 KB first fit: 1152.
+# the rule refuses) 139.9 against the core's 123.2. The rule starts where 36 KiB first fit: 1152.
 ALIGNED_BWD_WARPS = 4
 ALIGNED_BWD_IN_FLIGHT = 36 * 1024
 ALIGNED_BWD_ELEMS = {4: 20, 2: 52}
@@ -736,8 +738,9 @@ LONG_MIN_BYTES = 24 * 1024  # on runtime layouts (the chunk count at run time, a
 # rows at 8 blocks (48 registers) spills 16-48 bytes (6656-7680, 11264; 6144, 9216, 10240, 12288
 # none), and s28d timed them so: bf16 11264 82.1 -> 87.5 us (7168 at 8 still won, 71.2 against
 # 72.5 at 4). Past LONG_UNROLL_MAX_CHUNKS chunks the unrolled loop spills at 4 blocks too (22528:
-# 16 bytes, 84.9 -> 88.9; 24816: 56 bytes, 89.6 -> 106.3): those rows keep the runtime layouts'
-# plan.
+# 16 bytes, 84.9 -> 88.9; 24816: 56 bytes, 89.6 -> 106.3): those rows kept the runtime layouts'
+# plan until session 52 (since: five LONG_WIDE_CHUNK_BYTES chunks at 2 blocks, ``long_static_chunk``,
+# the comment after LONG_WIDE_CHUNK_BYTES).
 LONG_STATIC_MIN_BYTES = 12 * 1024
 LONG_STATIC_MAX_BLOCKS = 8
 LONG_UNROLL_MAX_CHUNKS = 5
@@ -778,7 +781,7 @@ LONG_WIDE_CHUNK_BYTES = 16 * 1024
 # 90.6 -> 71.8, 25984 88.2 -> 69.8 (92% of the copy; fp16 83.4 -> 69.7), 27000 81.9 -> 75.7, 28672
 # 78.1 -> 70.3, 30976 73.5 -> 73.8 (the one tie: the tile pads 5.5%), 31000 80.9 -> 76.0, 32760
 # 80.7 -> 76.3, 33792 93.4 -> 73.5, 35000 83.6 -> 75.1, 36864 87.8 -> 74.4 (fp16 87.8 -> 74.5), 39000
-# 84.0 -> 77.5, 40000 84.0 -> 77.0. Its persistent grid ran 3-8% slower, its rolled loop 83-84, 8 KB
+# 84.0 -> 77.5, 40000 84.0 -> 77.0. Its persistent grid ran 3-8% slower, its rolled loop 81.7-84.4, 8 KB
 # chunks at 4 blocks 82-94 (56 bytes of stack at 25984), the core's split 87-144. CPU SASS of the
 # rules' plans (s52a): 124-128 registers, no stack, LDG.128. 32768 keeps the core's exact tile.
 LONG_FP32_MAX_BLOCKS = 2
@@ -892,9 +895,10 @@ LONG_L2_SHARE = 0.5
 # (between 30518's loss, 61036 bytes, and 35878's gain). Session 35 (ab/s35c-e): 8 mod 16 rows past the
 # long forward's rule (``vector_rows``: where L2 holds 4 rows an SM): 26632 88.1 (the core) -> 85.7,
 # 33800 113.7 -> 87.7, 45064 119.2 -> 89.5 (20488, which the long forward takes: 81.8 against 88.3),
-# so from 52000 bytes; 4 mod 8 rows past the static long forward's chunks compiled in (8-byte loads,
-# LONG_UNROLL_MAX_CHUNKS of LONG_WIDE_CHUNK_BYTES): 50004 130.7 -> 106.0 (36004, which it holds, 91.8
-# against 92.3); odd 80001 / 100001 (rows in flight past L2) 337.9 / 330.8 (the long
+# so from 52000 bytes (session 52: on static layouts the static long forward keeps them up to 40960
+# elements, the comment after LONG_WIDE_CHUNK_BYTES); 4 mod 8 rows past the static long forward's
+# chunks compiled in (8-byte loads, LONG_UNROLL_MAX_CHUNKS of LONG_WIDE_CHUNK_BYTES): 50004 130.7 ->
+# 106.0 (36004, which it holds, 91.8 against 92.3); odd 80001 / 100001 (rows in flight past L2) 337.9 / 330.8 (the long
 # forward's 2-byte loads) -> 128.1 / 125.5. fp32, whose odd and 2 mod 4 rows the row tiles and the
 # core load 4 or 8 bytes at a time: odd 14001 160.1 -> 156.0, 16001 172.4 -> 152.0, 18001 205.7 ->
 # 163.4, 24001 188.5 -> 170.1, 27859 202.1 -> 175.6, 41001 207.5 -> 211.4, 60001 199.1 -> 219.8; 2
@@ -1307,7 +1311,9 @@ def backward_by_default(n: int, elem_size: int) -> bool:
     warps an SM (session 22: 1128-1208 1.19-1.27x the core, 2056 1.33x, 5000 1.09x; the nine
     lengths whose tiles held 8 lost, 0.70-0.88x). And aligned rows that are not a power of two, up
     to SHORT_BWD_MAX_ELEMS (``short_backward``; session 27: 1.1-1.9x the core). And fp32 rows that
-    are not a power of two past FP32_BWD_MIN_BYTES (session 35: 1.0-1.7x the core)."""
+    are not a power of two past FP32_BWD_MIN_BYTES (session 35: 1.0-1.7x the core). And aligned
+    16-bit rows whose tiles keep ALIGNED_BWD_IN_FLIGHT in flight (``aligned_backward_tile``,
+    session 52: 1.0-2.3x the core)."""
     lo, hi = DEFAULT_BACKWARD_BYTES
     if unaligned(n, elem_size) or (n & (n - 1) == 0 and lo <= n * elem_size <= hi) or short_backward(n, elem_size):
         return True
@@ -1340,8 +1346,8 @@ def few_rows(m: int, n: int, num_sms: int) -> bool:
 
 def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
     """(rows a tile, blocks an SM) of the default row-tile backward for 16-bit rows of n elements, a
-    multiple of VECTOR_ELEMS and not a power of two (ALIGNED_BWD_* above), or None where the rules
-    leave them to the core: the first block count, 4 then 2, whose tiles of
+    multiple of VECTOR_ELEMS and not a power of two (ALIGNED_BWD_* above), or None (the other rules
+    decide; for these rows, the core): the first block count, 4 then 2, whose tiles of
     the most rows (a power of two, at most ALIGNED_BWD_MAX_ROWS) within ALIGNED_BWD_ELEMS elements a
     thread keep ALIGNED_BWD_IN_FLIGHT bytes of x and dy in flight an SM. A function of n and the
     element size."""
@@ -1418,13 +1424,13 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
     """The plan of the long-row kernels (kind "long") for (a, b, n) rows (LONG_* above); the
     keywords override the rules (probes): chunk in elements, a power of two; static: whether the
     caller may run static layouts, which the forward takes where ``static_fit`` does and on
-    aligned rows of ``long_fit`` in at most LONG_UNROLL_MAX_CHUNKS chunks; unroll:
+    aligned rows of ``long_fit`` or ``long_static_chunk`` in at most LONG_UNROLL_MAX_CHUNKS chunks; unroll:
     whether a static forward compiles its chunk count in (kernels.rows_fwd_long's UNROLL);
     onepass: the backward in one kernel (ONEPASS_MAX_BLOCKS), on static layouts where
     ``static_fit`` holds; None: where ONEPASS_MAX_BLOCKS blocks an SM fit, on static layouts;
     loads: kernels.LOADS_* (None: gathers on unaligned rows, else plain loads); persistent (the
     forward): a persistent grid (True) or one block per row (False), None: one block per row for
-    the rows of ``long_static_chunk`` (aligned ones by the chunk they run) on static layouts in at
+    the rows of ``long_static_chunk`` (and aligned ones of ``long_fit`` by the chunk they run) on static layouts in at
     most LONG_UNROLL_MAX_CHUNKS chunks (LONG_STATIC_* above), else persistent. The chunk (None):
     ``long_static_chunk``'s for its rows (8 or 16 KB), else LONG_CHUNK_BYTES[op]. prefetch (the
     forward): the second pass loads the next whole chunk first (kernels.rows_fwd_long's PREFETCH),
@@ -1439,7 +1445,7 @@ def long_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, 
         onepass = fits and static and static_fit(n, elem_size, "backward")
     onepass = onepass and op == "backward"
     # rows on static layouts with the chunk count compiled in, one block per row (sessions 28, 29);
-    # aligned rows by the chunk they run (a probe's chunk too), the others by long_static_chunk
+    # aligned rows of long_fit by the chunk they run (a probe's chunk too), all by long_static_chunk
     aligned = vector_rows(n, elem_size, static)
     fits = bool(one_row_chunk) or (aligned and long_fit(n, elem_size, num_sms))
     one_row = op == "forward" and static and fits and -(-n // chunk) <= LONG_UNROLL_MAX_CHUNKS
@@ -1813,7 +1819,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         raise ValueError(f"a plan needs at least one row, got a={a}, b={b}")
     overridden = any(v is not None for v in (tile_rows, warps, occupancy, persistent, loads, max_pieces, min_piece))
     auto = flat is None and long is None and chunk is None and not overridden
-    tile = aligned_backward_tile(n, elem_size) if op == "backward" and not overridden and not lanes else None
+    keep = overridden or lanes or flat or long or chunk is not None  # (a caller's or probe's choice stands)
+    tile = aligned_backward_tile(n, elem_size) if op == "backward" and not keep else None
     if tile is not None:  # aligned 16-bit rows' default backward tile (ALIGNED_BWD_*)
         (tile_rows, occupancy), warps = tile, ALIGNED_BWD_WARPS
     split = split or (auto and split_fit(n, elem_size, op, num_sms=num_sms))
@@ -1821,8 +1828,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         return split_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy)
     # (the backward: where the long one would run two kernels; its one-pass fits by the SMs, session 37's review)
     fits = flat is None and long is None and not overridden and flat_fit(n, elem_size, op, num_sms=num_sms)
-    wide = op == "forward" and (elem_size == 4 or vector_rows(n, elem_size, static))
-    if fits and wide and long_static_chunk(n, elem_size, num_sms, static):
+    static_long = op == "forward" and (elem_size == 4 or vector_rows(n, elem_size, static))
+    if fits and static_long and long_static_chunk(n, elem_size, num_sms, static):
         fits = False  # fp32 and aligned 16-bit rows of the static long forward, which runs them faster
     if flat or (fits and not (op == "backward" and long_plan(op, a, b, n, elem_size, num_sms, static=static).onepass)):
         return flat_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, warps=warps, occupancy=occupancy,

@@ -1,5 +1,5 @@
 """Row-tile RMSNorm kernels: the forward is the core forward (see plan.py for when it runs);
-the backward runs by default on short rows (``plan.backward_by_default``) and few rows
+the backward runs by default on the rows ``plan.backward_by_default`` names and few rows
 (``plan.few_rows``), and wherever its rules plan the row with ``mode="rows"``.
 
     rstd = 1 / sqrt(mean(x^2) + eps),  xhat = x * rstd,  y = xhat * (offset + w)
