@@ -1508,13 +1508,11 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
         return LONG_WIDE_CHUNK_BYTES // elem_size if padded or core else 0
     if not static or elem_size != 2 or n % 2 or n & (n - 1) == 0 or row < LONG_STATIC_MIN_BYTES:
         return 0
-    if vector_rows(n, elem_size, static):  # (past five 8 KB chunks, wide ones: after LONG_WIDE_CHUNK_BYTES)
-        if row <= LONG_UNROLL_MAX_CHUNKS * LONG_CHUNK_BYTES["forward"]:
-            return LONG_CHUNK_BYTES["forward"] // elem_size if long_fit(n, elem_size, num_sms) else 0
-        return LONG_WIDE_CHUNK_BYTES // elem_size if row <= LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES else 0
     for chunk_bytes in (LONG_CHUNK_BYTES["forward"], LONG_WIDE_CHUNK_BYTES):
-        if row <= LONG_UNROLL_MAX_CHUNKS * chunk_bytes:
-            return chunk_bytes // elem_size
+        if row <= LONG_UNROLL_MAX_CHUNKS * chunk_bytes:  # (aligned rows' 8 KB chunks: where long_fit holds;
+            narrow = chunk_bytes == LONG_CHUNK_BYTES["forward"]  # wide ones: after LONG_WIDE_CHUNK_BYTES)
+            held = not (narrow and vector_rows(n, elem_size, static)) or long_fit(n, elem_size, num_sms)
+            return chunk_bytes // elem_size if held else 0
     return 0
 
 
