@@ -417,6 +417,17 @@ FP32_BWD_MIN_BYTES = 4 * 1024
 # 212 vs 210, 512 202 vs 210).
 SHORT_BWD_MIN_ELEMS = 96  # the shortest measured (shorter rows: DEFAULT_BACKWARD_BYTES' powers of two)
 SHORT_BWD_MAX_ELEMS = 640
+# Their 16-bit rows past SHORT_BWD_WIDE_ELEMS (tiles of 4 rows: 8 KiB of x over rows of 528-640
+# elements) take pieces of at least SHORT_BWD_MIN_PIECE elements. The pieces' rule (least padding,
+# any width) gave some of them a 16- or 32-element piece, 64 or 128 elements of the tile over its
+# 128 threads, and those ran at 31-56% of the copy; 4 x 16 elements were the slowest, 608's 4 x 32
+# the least slow (not profiled). H200, graph replay, about 64 Mi elements, bf16, us,
+# shipped -> pieces of at least 64 (s53a, s53b; the core's own in brackets): 528 (512 + 16 -> 512 + 64) 172.3
+# -> 118.4 [179.7], 560 (512 + 32 + 16) 312.9 -> 122.3 [170.3], 592 (512 + 64 + 16) 314.6 -> 142.9
+# [161.9], 608 (512 + 64 + 32) 130.9 -> 125.7 [157.6]. Shorter rows' tiles of 8 and 16 rows keep the
+# narrow pieces: pieces of 64 lost there (272 124.6 -> 145.5, 304 139.0 -> 146.6; 336 136.7 -> 130.6).
+SHORT_BWD_WIDE_ELEMS = 512
+SHORT_BWD_MIN_PIECE = 64
 # Longer aligned 16-bit rows that are not a power of two (a multiple of VECTOR_ELEMS) take the row-tile
 # backward by default too where a tile on ALIGNED_BWD_WARPS warps keeps ALIGNED_BWD_IN_FLIGHT bytes of x
 # and dy in flight an SM within the registers of its blocks (``aligned_backward_tile``): 4 blocks where
@@ -525,6 +536,19 @@ GATHERED_BWD_MIN_WIDTH = 2048
 PADDED_BWD_MIN_SHARE = 0.75
 PADDED_BWD_WIDTHS = (4096, MAX_ROW_ELEMS["backward"])  # the pieces measured (2048: 1500 tied at 73%)
 GATHERED_WARPS_PER_SM = 16
+# One-row gathered 16-bit backward tiles whose blocks keep less than ALIGNED_BWD_IN_FLIGHT of x and
+# dy in flight an SM (rows of 1282-2304 elements on 4 warps at 4 blocks, 2818-4608 on 8 at 2) take
+# two rows on the same warps and blocks, with the prefetch, where the two rows hold at most
+# GATHERED_BWD_PAIR_ELEMS elements (padded) a thread: session 52's line of the aligned rows holds
+# for these too, up to the registers. H200, graph replay, about 64 Mi elements, us, one row -> two
+# (s53a, s53b): bf16 1302 138.3 -> 121.5 (20.5 elements a thread), 1442 136.6 -> 105.7 (24), 2830
+# 140.4 -> 109.1 (24), 2922 139.4 -> 108.1 (24; fp16 150.0 -> 108.4), 89-92% of the copy; past 24 they
+# lost: 1667 130.5 -> 156.7 (28; fp16 128.1 -> 166.7), 3333 142.9 -> 175.2 (28), 1894 118.9 -> 152.3
+# (32), 3850 123.5 -> 158.9 (32), 2221 131.5 -> 219.1 (35), 4390 124.2 -> 214.4 (34.5), 2270 114.4 ->
+# 184.2 (36), 4558 121.0 -> 191.2 (36). Neither 8 warps at 4 blocks (1442 129.3, 2922 156.7) nor one
+# row at 8 blocks (1442 151.7) won; nor more rows in the tiles of 2 rows or more (698: 4 rows at 4
+# blocks 148.8 against 143.3).
+GATHERED_BWD_PAIR_ELEMS = 24
 # The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
 # line holds 3 blocks of 4 warps: there the compiler, capped at 255 registers by a hint of 2,
 # took more than a third of the register file for some dtypes (fp16 one-row 8192 tiles: 180
@@ -1361,6 +1385,15 @@ def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
     return None
 
 
+def _gathered_pair(elem_size: int, n: int, span: int, rows: int, threads: int, blocks: int) -> int:
+    """The blocks an SM of a two-row gathered 16-bit backward tile where a one-row tile of span
+    elements on threads at blocks an SM keeps less than ALIGNED_BWD_IN_FLIGHT of x and dy in flight
+    and two rows hold at most GATHERED_BWD_PAIR_ELEMS elements a thread (the comment above it), else 0."""
+    low = blocks * n * 2 * elem_size < ALIGNED_BWD_IN_FLIGHT
+    even = n % 2 == 0  # (odd rows, loaded 2 bytes at a time, tied or lost: the comment above)
+    return blocks if even and rows == 1 and low and 2 * span <= GATHERED_BWD_PAIR_ELEMS * threads else 0
+
+
 def short_backward(n: int, elem_size: int) -> bool:
     """Whether rows of n elements are a multiple of VECTOR_ELEMS (16-byte aligned rows that runtime
     layouts load 16 bytes at a time; the lengths measured), not a power of two, and
@@ -1866,6 +1899,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
     if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
+    if min_piece is None and op == "backward" and elem_size == 2 and short_backward(n, elem_size):
+        min_piece = SHORT_BWD_MIN_PIECE if n > SHORT_BWD_WIDE_ELEMS else 1  # (above SHORT_BWD_MIN_PIECE)
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
     ps = pieces(n, max_pieces, min_piece)
@@ -1914,6 +1949,11 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         per_sm = GATHERED_WARPS_PER_SM // warps
         while rows > 1 and _backward_hint(elem_size, width, rows, _resident(need, threads)) < per_sm:
             rows //= 2
+            need = _need(op, elem_size, span, rows, warps)
+        pair = _gathered_pair(elem_size, n, span, rows, threads, occupancy or _backward_hint(
+            elem_size, width, rows, _resident(need, threads)))  # fmt: skip
+        if pair and not overridden:  # one-row tiles under the line take two rows (GATHERED_BWD_PAIR_*)
+            rows, occupancy, prefetch = 2, pair, True if prefetch is None else prefetch
             need = _need(op, elem_size, span, rows, warps)
     # the largest power of two dividing b, at most the tile's rows; one head for the forward's
     # rows of ONE_HEAD_ROW_BYTES or more (see above)
