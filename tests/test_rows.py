@@ -24,6 +24,7 @@ from cutile_rms.rows.plan import (
     FLAT_MAX_ELEMS,
     FLAT_MIN_BYTES,
     FP32_BWD_MIN_BYTES,
+    GATHERED_BWD_PAIR_ELEMS,
     LONE_TILES_PER_SM,
     LONE_TMA_HINT,
     LONE_TMA_TILES_PER_SM,
@@ -37,6 +38,7 @@ from cutile_rms.rows.plan import (
     OPS,
     PADDED_BWD_MIN_SHARE,
     REGISTERS_PER_SM,
+    SHORT_BWD_MIN_PIECE,
     SPLIT_BLOCKS,
     SPLIT_WARPS,
     aligned_backward_tile,
@@ -355,6 +357,9 @@ CASES = [
     ((3, 7124), "4 mod 8: the backward's one padded piece (PADDED_BWD_MIN_SHARE)"),
     ((5, 2880), "16 | N: the backward's two-row tiles at 2 blocks (aligned_backward_tile)"),
     ((5, 1280), "16 | N: the backward's two-row tiles at 4 blocks (aligned_backward_tile)"),
+    ((5, 1442), "2 mod 4: the backward's two-row gathered tiles at 4 blocks (GATHERED_BWD_PAIR_ELEMS)"),
+    ((3, 2830), "6 mod 8: the backward's two-row gathered tiles on 8 warps (GATHERED_BWD_PAIR_ELEMS)"),
+    ((9, 560), "16 | N: the backward's 4-row tiles of pieces of 64 (SHORT_BWD_MIN_PIECE)"),
 ]
 
 
@@ -1887,6 +1892,47 @@ def test_aligned_backward_rule():
         assert aligned_backward_tile(n, 2) is None, n
     assert aligned_backward_tile(5376, 4) is None and not backward_by_default(3584, 2)
     assert not backward_by_default(7168, 2) and not backward_by_default(1536, 2)
+
+
+def test_gathered_pair_rule():
+    """The default backward of unaligned even 16-bit rows whose one-row gathered tiles keep less than
+    36 KiB of x and dy in flight an SM takes two rows on the same warps and blocks, with the
+    prefetch, where two rows hold at most 24 padded elements a thread (plan.GATHERED_BWD_PAIR_ELEMS,
+    session 53): the plans timed in s53a-s53c, by N alone; odd rows, rows past the bound and rows
+    whose one-row tiles keep 36 KiB keep one row."""
+    want = {1302: (4, 4), 1380: (4, 4), 1442: (4, 4), 1494: (4, 4), 1530: (4, 4),  # (warps, blocks)
+            2830: (8, 2), 2850: (8, 2), 2922: (8, 2), 3020: (8, 2), 3066: (8, 2)}  # fmt: skip
+    for n, (warps, blocks) in want.items():
+        for static in (True, False):
+            p = plan("backward", 99999, 1, n, 2, SMS, static=static)
+            assert (p.kind, p.tile_a, p.warps, p.occupancy, p.prefetch) == ("tile", 2, warps, blocks, True), p
+            assert 2 * sum(p.widths) <= GATHERED_BWD_PAIR_ELEMS * 32 * warps, p
+            for a in (1, 7, 133, 4099):  # the tile by N alone, never by the rows (a row's dx bits)
+                q = plan("backward", a, 1, n, 2, SMS, static=static)
+                assert (q.tile_a, q.widths, q.warps, q.occupancy) == (p.tile_a, p.widths, p.warps, p.occupancy), q
+    # odd rows (1333, 2901, fp16 3001 tied or lost), past 24 elements a thread (1667, 3333: 28; 1894,
+    # 3850: 32), one-row tiles of 36 KiB (2310, 4614) and the other rules' rows keep their tiles
+    for n in (1333, 2901, 3001, 1667, 3333, 1894, 3850, 2221, 4390, 2310, 4614):
+        assert plan("backward", 99999, 1, n, 2, SMS).tile_a == 1, n
+    assert plan("backward", 99999, 1, 1442, 4, SMS).tile_a == 1  # fp32: plain loads, its own rules
+    # a caller's or probe's keywords stand
+    assert plan("backward", 99, 1, 1442, 2, SMS, tile_rows=1).tile_a == 1
+    assert plan("backward", 99, 1, 2922, 2, SMS, max_pieces=3).tile_a == 1
+
+
+def test_short_backward_pieces():
+    """16-bit rows of 513-640 elements that the default backward runs on 4-row tiles (short_backward)
+    take pieces of at least 64 elements (plan.SHORT_BWD_MIN_PIECE, session 53: 560 as 512 + 32 + 16 ran
+    at 31% of the copy); shorter rows' 8- and 16-row tiles keep the least-padding pieces."""
+    want = {528: (512, 64, 0), 544: (512, 64, 0), 560: (512, 64, 0), 592: (512, 128, 0), 608: (512, 128, 0),
+            624: (512, 128, 0), 272: (256, 16, 0), 304: (256, 32, 16), 416: (256, 128, 32)}  # fmt: skip
+    for n, widths in want.items():
+        for static in (True, False):
+            p = plan("backward", 99999, 1, n, 2, SMS, static=static)
+            assert p.kind == "tile" and p.widths == widths and p.tile_a == (4 if n > 512 else 8), (n, p)
+            assert min(w for w in p.widths if w) >= (SHORT_BWD_MIN_PIECE if n > 512 else 1)
+    assert plan("backward", 99, 1, 560, 2, SMS, min_piece=1).widths == (512, 32, 16)  # a probe's keyword stands
+    assert plan("backward", 99, 1, 560, 4, SMS).widths == (512, 32, 16)  # fp32: unmeasured, unchanged
 
 
 def test_static_fit():

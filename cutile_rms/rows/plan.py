@@ -15,7 +15,9 @@ comparison with the core backward; unaligned rows; 16-bit rows of a multiple of 
 16, whose static tiles hold 16 warps an SM: session 22; aligned rows up to SHORT_BWD_MAX_ELEMS
 that are not a power of two: session 27; aligned 16-bit rows whose tiles keep ALIGNED_BWD_IN_FLIGHT
 in flight, ``aligned_backward_tile``: session 52) and at most as many rows as SMs of 2048 elements or more
-(``few_rows``: session 39), elsewhere only with ``mode="rows"``.
+(``few_rows``: session 39), elsewhere only with ``mode="rows"``. Session 53: two-row gathered tiles
+where one row keeps too little in flight (GATHERED_BWD_PAIR_ELEMS), pieces of at least
+SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
 
 - which rows (forward): at most MAX_ROW_ELEMS elements (longer rows spill at any hint with 8
   warps, the most tileiras 13.4 takes), and for 2-byte elements a multiple of VECTOR_ELEMS: the
@@ -547,7 +549,11 @@ GATHERED_WARPS_PER_SM = 16
 # (32), 3850 123.5 -> 158.9 (32), 2221 131.5 -> 219.1 (35), 4390 124.2 -> 214.4 (34.5), 2270 114.4 ->
 # 184.2 (36), 4558 121.0 -> 191.2 (36). Neither 8 warps at 4 blocks (1442 129.3, 2922 156.7) nor one
 # row at 8 blocks (1442 151.7) won; nor more rows in the tiles of 2 rows or more (698: 4 rows at 4
-# blocks 148.8 against 143.3).
+# blocks 148.8 against 143.3). Lengths it was not fit to (s53c), one row -> two: bf16 1380 127.9 ->
+# 123.2, 1494 133.5 -> 105.6, 1530 132.0 -> 105.6, 3020 120.0 -> 103.6, 3066 135.3 -> 107.5; fp16 1302
+# 138.2 -> 119.5, 1460 121.5 -> 101.8, 2850 149.3 -> 109.3. Odd rows tied or lost (bf16 1333 135.9 ->
+# 134.7, 2901 138.6 -> 146.9, fp16 3001 132.1 -> 139.1), so even rows only: the rule changes the
+# even unaligned rows of 1282-1534 and 2818-3070.
 GATHERED_BWD_PAIR_ELEMS = 24
 # The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
 # line holds 3 blocks of 4 warps: there the compiler, capped at 255 registers by a hint of 2,
