@@ -2694,12 +2694,14 @@ def test_gathered_16bit_tiles_take_16_warps_per_sm():
     """Unaligned 16-bit rows: the backward of rows of 2048 or more takes one-row tiles at 16
     warps per SM (8 warps a block past 4096 elements, and where 4 warps could not prefetch:
     session 28), narrower ones the register line's rows halved until the tile holds 16 warps per
-    SM; one-row forward tiles of 8192 take 8 warps; multi-row forward tiles keep their rules."""
+    SM (even rows whose one-row tiles keep under 36 KiB in flight then take two rows: 1302, session 53,
+    test_gathered_pair_rule); one-row forward tiles of 8192 take 8 warps; multi-row forward tiles keep
+    their rules."""
     for n, warps in ((1974, 4), (2301, 4), (3122, 8), (3900, 8), (8116, 8)):
         p = plan("backward", 9999, 1, n, 2, SMS)
         assert (p.tile_a, p.warps, p.occupancy, p.loads) == (1, warps, 16 // warps, K.LOADS_GATHER), n
     # narrower rows: the register line's rows, halved until the tile holds 16 warps per SM
-    for n, rows in ((1074, 2), (1111, 2), (555, 4), (1302, 1), (1501, 1), (890, 2), (655, 2)):
+    for n, rows in ((1074, 2), (1111, 2), (555, 4), (1302, 2), (1501, 1), (890, 2), (655, 2)):
         p = plan("backward", 9999, 1, n, 2, SMS)
         assert (p.tile_a, p.warps, p.occupancy, p.loads) == (rows, 4, 4, K.LOADS_GATHER), n
     assert plan("forward", 9999, 1, 8116, 2, SMS).warps == 8
