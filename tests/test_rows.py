@@ -1910,13 +1910,13 @@ def test_gathered_pair_rule():
             for a in (1, 7, 133, 4099):  # the tile by N alone, never by the rows (a row's dx bits)
                 q = plan("backward", a, 1, n, 2, SMS, static=static)
                 assert (q.tile_a, q.widths, q.warps, q.occupancy) == (p.tile_a, p.widths, p.warps, p.occupancy), q
-    # odd rows (1333, 2901, fp16 3001 tied or lost), past 24 elements a thread (1667, 3333: 28; 1894,
-    # 3850: 32), one-row tiles of 36 KiB (2310, 4614) and the other rules' rows keep their tiles
+    # odd rows (1333, 2901, fp16 3001 tied or lost) and rows past 24 elements a thread (1667, 3333: 28;
+    # 1894, 3850: 32; 2310, 4614: 36, whose one-row tiles also keep 36 KiB) keep one row
     for n in (1333, 2901, 3001, 1667, 3333, 1894, 3850, 2221, 4390, 2310, 4614):
         assert plan("backward", 99999, 1, n, 2, SMS).tile_a == 1, n
     assert plan("backward", 99999, 1, 1442, 4, SMS).tile_a == 1  # fp32: plain loads, its own rules
     # a caller's or probe's keywords stand
-    assert plan("backward", 99, 1, 1442, 2, SMS, tile_rows=1).tile_a == 1
+    assert plan("backward", 99, 1, 1442, 2, SMS, min_piece=1).tile_a == 1
     assert plan("backward", 99, 1, 2922, 2, SMS, max_pieces=3).tile_a == 1
 
 
@@ -1930,8 +1930,9 @@ def test_short_backward_pieces():
         for static in (True, False):
             p = plan("backward", 99999, 1, n, 2, SMS, static=static)
             assert p.kind == "tile" and p.widths == widths and p.tile_a == (4 if n > 512 else 8), (n, p)
-            assert min(w for w in p.widths if w) >= (SHORT_BWD_MIN_PIECE if n > 512 else 1)
-    assert plan("backward", 99, 1, 560, 2, SMS, min_piece=1).widths == (512, 32, 16)  # a probe's keyword stands
+            assert n <= 512 or min(w for w in p.widths if w) == SHORT_BWD_MIN_PIECE * (1 + (n > 576)), (n, p)
+    for kw in ({"min_piece": 1}, {"tile_rows": 4}, {"occupancy": 4}):  # a caller's or probe's keywords stand
+        assert plan("backward", 99, 1, 560, 2, SMS, **kw).widths == (512, 32, 16), kw
     assert plan("backward", 99, 1, 560, 4, SMS).widths == (512, 32, 16)  # fp32: unmeasured, unchanged
 
 

@@ -12,7 +12,8 @@ local memory (spills), shared memory, and counts of the memory instructions by w
 (bench/probes/rows_candidates.plan_of) and reports registers, stack and its innermost loop: its
 instructions, the rows one iteration covers (from the bytes its loads read, rounded up to a
 power of two: on static layouts the loads of lanes past N are dropped) and the warp
-instructions an element that gives on 32-lane warps (bench/NOTES.md, session 30).
+instructions an element that gives on 32-lane warps (bench/NOTES.md, session 30); of each backward
+row-tile or lanes candidate, its registers, stack and memory instructions by width (session 53).
 """
 
 import collections
@@ -141,18 +142,25 @@ def _loops(path: str) -> int:
         cands = json.load(f)
     for c in cands:
         p = plan_of(c, c.get("persistent"))
-        if c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat", "long", "split"):
+        backward = c["op"] == "backward" and p is not None and p.kind in ("tile", "lanes")
+        if not backward and (
+            c["op"] != "forward" or p is None or p.kind not in ("tile", "lanes", "flat", "long", "split")
+        ):
             continue
         knobs = " ".join(f"{k}={v}" for k, v in c.items() if k not in ("op", "dtype", "m", "n", "persistent"))
-        if p.kind in ("flat", "long", "split"):  # no loop to read per element: the kernel's resources, memory ops
-            if p.kind in ("flat", "split"):
+        if backward or p.kind in ("flat", "long", "split"):  # the kernel's resources, memory ops
+            if backward:  # (x, dy and w each loaded: no rows an iteration to read from the loads' bytes)
+                kernel, params, hints = (lanes_params(p, dts[c["dtype"]], c["m"], c["n"]) if p.kind == "lanes" else
+                                         rows_params(p, dts[c["dtype"]], c["m"], 1, c["n"]))  # fmt: skip
+            elif p.kind in ("flat", "split"):
                 kernel, params, hints = flat_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
             else:
                 ((_, kernel, params, hints),) = long_params(p, dts[c["dtype"]], c["m"], c["n"], c.get("casting"))
             r = compile_report(kernel, params, **hints)
             ops = " ".join(f"{k} x{v}" for k, v in sorted(r["ops"].items()))
+            shape = f"{p.tile_a}x{p.tile_b}x" + "+".join(str(w) for w in p.widths if w)
             print(
-                f"{c['dtype']} {c['n']} [{knobs or 'rules'}] {p.kind} {p.widths[0]} "
+                f"{c['dtype']} {c['n']} {c['op']} [{knobs or 'rules'}] {p.kind} {shape} w{p.warps} o{p.occupancy} "
                 f"{'static' if p.static else 'runtime'}: "
                 f"registers {r['REG']}, stack {r.get('STACK', 0)}, {r['instructions']} instructions: {ops}",
                 flush=True,

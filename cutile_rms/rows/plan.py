@@ -46,14 +46,16 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   (2560 = 2048 + 512). Padded lanes cost registers and issue slots, never bytes. Narrow pieces
   cost more, but a second one less than a third: bf16 3584 as 2048 + 1024 + 512 ran 76-77 us, as
   one 4096 tile 70; 1536 as 1024 + 512 78-79 (one-row tiles of 3 KB), as 2048 68.6; 2560 as
-  2048 + 512 69.0, as 2048 + 1024 76.0.
+  2048 + 512 69.0, as 2048 + 1024 76.0. The backward's 16-bit short rows of 513-640 take pieces
+  of at least SHORT_BWD_MIN_PIECE (session 53).
 - rows per tile: a row of one piece: as many rows as fit TILE_BYTES of x (16 KB forward; 8 KB
   backward, which also holds dy), a power of two, at most MAX_TILE_ROWS (bf16: 16 KB tiles were
   the fastest or within 1% from 128 to 8192, 94-97% of the copy ceiling). A row of several
   pieces (2 KB or longer): one row per tile (bf16 3072: 66.7 us one row per tile, 78.8 two;
   5376, 6144, 12288 likewise). Few rows of 2048 elements or more take fewer rows a tile, down to
   one (FILL_TILES_PER_SM).
-- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (backward: one-row tiles only).
+- warps: 4, and 8 for tiles of more than WIDE_TILE[op] elements (backward: one-row tiles only, and
+  the two-row gathered tiles of GATHERED_BWD_PAIR_ELEMS that keep a one-row tile's 8 warps).
   Probe 1, bf16: 4 won at every forward tile of up to 8192 elements (6144: 52.9 us with 4, 61.2
   with 8; 12288 and longer rows run best on 8); backward, 32 x 128 176 us with 4 warps, 209
   with 8, 16 x 256 249 vs 344, but one 4096 row 125 with 8, 135 with 4.
@@ -77,7 +79,8 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   on 4 warps at 8 blocks, need 89, spilled: 80.0 us, ncu 55 MB of local-memory writes beside the
   112 MB of y; as 4 x 4096 on 8 warps at 4 blocks, need 67: 68.2 us, Liger 67.6). Backward: also
   at most the blocks that keep IN_FLIGHT_BYTES of x and dy tiles per SM; gathered 16-bit tiles
-  halve their rows until they hold GATHERED_WARPS_PER_SM warps per SM.
+  halve their rows until they hold GATHERED_WARPS_PER_SM warps per SM, and even ones whose one-row
+  tiles keep too little in flight take two rows (GATHERED_BWD_PAIR_ELEMS, session 53).
 - prefetch (backward): each block reads its next tile before it works on this one where the hint
   leaves 128 registers a thread or more and the register line's need passes that cap by less than
   PREFETCH_OVER_CAP (session 26: fp16 1.2-1.95x, bf16 up to 1.25x, fp32 up to 1.2x; tiles at 8
@@ -422,7 +425,7 @@ SHORT_BWD_MAX_ELEMS = 640
 # Their 16-bit rows past SHORT_BWD_WIDE_ELEMS (tiles of 4 rows: 8 KiB of x over rows of 528-640
 # elements) take pieces of at least SHORT_BWD_MIN_PIECE elements. The pieces' rule (least padding,
 # any width) gave some of them a 16- or 32-element piece, 64 or 128 elements of the tile over its
-# 128 threads, and those ran at 31-56% of the copy; 4 x 16 elements were the slowest, 608's 4 x 32
+# 128 threads, and those ran at 31-74% of the copy; 4 x 16 elements were the slowest, 608's 4 x 32
 # the least slow (not profiled). H200, graph replay, about 64 Mi elements, bf16, us,
 # shipped -> pieces of at least 64 (s53a, s53b; the core's own in brackets): 528 (512 + 16 -> 512 + 64) 172.3
 # -> 118.4 [179.7], 560 (512 + 32 + 16) 312.9 -> 122.3 [170.3], 592 (512 + 64 + 16) 314.6 -> 142.9
@@ -502,7 +505,8 @@ GATHER_GRANULE = 32
 # of several pieces keep plain loads, as for unaligned rows: 13421 x 5000 (4096 + 1024) 130.9 / 140.5.
 # Gathered 16-bit tiles want 16 warps per SM, more than the register line gives them: the
 # backward of rows of GATHERED_BWD_MIN_WIDTH or more takes one-row tiles (8 warps past
-# WIDE_TILE) at GATHERED_WARPS_PER_SM warps per SM, and one-row forward tiles of WIDE_TILE
+# WIDE_TILE; even rows up to 3070: two rows, GATHERED_BWD_PAIR_ELEMS below) at GATHERED_WARPS_PER_SM
+# warps per SM, and one-row forward tiles of WIDE_TILE
 # elements 8 warps. Session 18, H200, us: backward bf16 33996 x 1974 2 x 2048 on 4 warps at 2
 # blocks (the line's plan) 205.1, 1 x 2048 on 4 at 4 162.8, 4 x 2048 on 8 at 2 153.5; 33107 x
 # 2027, bf16 / fp16: 2 x 2048 on 4 at 2 216.8 / 196.0, 1 x 2048 on 4 at 4 162.3 / 161.9, 4 x
@@ -539,12 +543,12 @@ PADDED_BWD_MIN_SHARE = 0.75
 PADDED_BWD_WIDTHS = (4096, MAX_ROW_ELEMS["backward"])  # the pieces measured (2048: 1500 tied at 73%)
 GATHERED_WARPS_PER_SM = 16
 # One-row gathered 16-bit backward tiles whose blocks keep less than ALIGNED_BWD_IN_FLIGHT of x and
-# dy in flight an SM (rows of 1282-2304 elements on 4 warps at 4 blocks, 2818-4608 on 8 at 2) take
+# dy in flight an SM (rows of 1281-2303 elements on 4 warps at 4 blocks, 2817-4607 on 8 at 2) take
 # two rows on the same warps and blocks, with the prefetch, where the two rows hold at most
 # GATHERED_BWD_PAIR_ELEMS elements (padded) a thread: session 52's line of the aligned rows holds
 # for these too, up to the registers. H200, graph replay, about 64 Mi elements, us, one row -> two
 # (s53a, s53b): bf16 1302 138.3 -> 121.5 (20.5 elements a thread), 1442 136.6 -> 105.7 (24), 2830
-# 140.4 -> 109.1 (24), 2922 139.4 -> 108.1 (24; fp16 150.0 -> 108.4), 89-92% of the copy; past 24 they
+# 140.4 -> 109.1 (24), 2922 139.4 -> 108.1 (24; fp16 150.0 -> 108.4), 79-92.5% of the copy; past 24 they
 # lost: 1667 130.5 -> 156.7 (28; fp16 128.1 -> 166.7), 3333 142.9 -> 175.2 (28), 1894 118.9 -> 152.3
 # (32), 3850 123.5 -> 158.9 (32), 2221 131.5 -> 219.1 (35), 4390 124.2 -> 214.4 (34.5), 2270 114.4 ->
 # 184.2 (36), 4558 121.0 -> 191.2 (36). Neither 8 warps at 4 blocks (1442 129.3, 2922 156.7) nor one
@@ -553,7 +557,10 @@ GATHERED_WARPS_PER_SM = 16
 # 123.2, 1494 133.5 -> 105.6, 1530 132.0 -> 105.6, 3020 120.0 -> 103.6, 3066 135.3 -> 107.5; fp16 1302
 # 138.2 -> 119.5, 1460 121.5 -> 101.8, 2850 149.3 -> 109.3. Odd rows tied or lost (bf16 1333 135.9 ->
 # 134.7, 2901 138.6 -> 146.9, fp16 3001 132.1 -> 139.1), so even rows only: the rule changes the
-# even unaligned rows of 1282-1534 and 2818-3070.
+# even unaligned rows of 1282-1534 and 2818-3070. (Where two rows fit 24 elements a thread, one row
+# always keeps under 36 KiB today: the bound of elements is the one that binds.) Timed at about 64 Mi
+# elements only: with few rows the tiles of two rows leave half the blocks of one (132 rows of 2830:
+# 66 blocks), not timed.
 GATHERED_BWD_PAIR_ELEMS = 24
 # The forward's occupancy hint is a power of two up to the line's resident blocks, except where the
 # line holds 3 blocks of 4 warps: there the compiler, capped at 255 registers by a hint of 2,
@@ -1391,10 +1398,11 @@ def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
     return None
 
 
-def _gathered_pair(elem_size: int, n: int, span: int, rows: int, threads: int, blocks: int) -> int:
-    """The blocks an SM of a two-row gathered 16-bit backward tile where a one-row tile of span
-    elements on threads at blocks an SM keeps less than ALIGNED_BWD_IN_FLIGHT of x and dy in flight
-    and two rows hold at most GATHERED_BWD_PAIR_ELEMS elements a thread (the comment above it), else 0."""
+def _gathered_pair(n: int, elem_size: int, span: int, rows: int, threads: int, blocks: int) -> int:
+    """The blocks an SM of a two-row gathered 16-bit backward tile where a one-row tile of rows of n
+    elements (span padded) on threads at blocks an SM keeps less than ALIGNED_BWD_IN_FLIGHT of x
+    and dy in flight and two rows hold at most GATHERED_BWD_PAIR_ELEMS elements a thread (the
+    comment above it), else 0."""
     low = blocks * n * 2 * elem_size < ALIGNED_BWD_IN_FLIGHT
     even = n % 2 == 0  # (odd rows, loaded 2 bytes at a time, tied or lost: the comment above)
     return blocks if even and rows == 1 and low and 2 * span <= GATHERED_BWD_PAIR_ELEMS * threads else 0
@@ -1905,8 +1913,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
     if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
-    if min_piece is None and op == "backward" and elem_size == 2 and short_backward(n, elem_size):
-        min_piece = SHORT_BWD_MIN_PIECE if n > SHORT_BWD_WIDE_ELEMS else 1  # (above SHORT_BWD_MIN_PIECE)
+    wide_short = elem_size == 2 and n > SHORT_BWD_WIDE_ELEMS and short_backward(n, elem_size)
+    if not overridden and op == "backward" and wide_short:  # (above SHORT_BWD_MIN_PIECE)
+        min_piece = SHORT_BWD_MIN_PIECE
     if min_piece is None:
         min_piece = 1 if short or op == "backward" else MIN_PIECE_BYTES // elem_size
     ps = pieces(n, max_pieces, min_piece)
@@ -1956,8 +1965,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         while rows > 1 and _backward_hint(elem_size, width, rows, _resident(need, threads)) < per_sm:
             rows //= 2
             need = _need(op, elem_size, span, rows, warps)
-        pair = _gathered_pair(elem_size, n, span, rows, threads, occupancy or _backward_hint(
-            elem_size, width, rows, _resident(need, threads)))  # fmt: skip
+        hint = occupancy or _backward_hint(elem_size, width, rows, _resident(need, threads))
+        pair = _gathered_pair(n, elem_size, span, rows, threads, hint)
         if pair and not overridden:  # one-row tiles under the line take two rows (GATHERED_BWD_PAIR_*)
             rows, occupancy, prefetch = 2, pair, True if prefetch is None else prefetch
             need = _need(op, elem_size, span, rows, warps)
