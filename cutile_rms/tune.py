@@ -17,7 +17,10 @@ fixed cost and about 1% of noise, as much as the gaps between the best candidate
 search's fastest few (autotune.RUNNERS_UP) are timed again the way a benchmark or a
 CUDA-graph training step runs them, and the fastest of those wins: many launches replayed from
 one CUDA graph over input sets rotated so that every launch reads from DRAM (median of
-GRAPH_REPS replays). The table records that time.
+GRAPH_REPS replays). The table records that time. The kinds a single launch cannot time (the
+split kernels, whose slots start at zero at every launch, and the packed 16-bit backward:
+autotune.graph_candidates) are timed that way only, beside the runners-up, through the same
+launchers as the torch API (slots zeroed inside the graph, as each call zeroes its own).
 
 ``--table PATH`` also writes the winners as a standalone table: that is how
 ``cutile_rms/rmsnorm/tuned/sm_90.json`` was made (see its "made_by" field).
@@ -35,10 +38,9 @@ import torch
 
 from cutile_rms.rmsnorm import autotune as A
 from cutile_rms.rmsnorm import config as C
-from cutile_rms.rmsnorm import launch as L
 from cutile_rms.rmsnorm import tables
-from cutile_rms.rmsnorm.launch import casting_code, run_forward
-from cutile_rms.rmsnorm.torch_impl import launch_target
+from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+from cutile_rms.rmsnorm.torch_impl import _int64, as_words, launch_target
 
 __all__ = ["tune"]
 
@@ -112,8 +114,9 @@ def _graph_us(launch, sets: int, est_us: float, device) -> float:
 
 
 def _rerank(results, x, w, dy, casting, info, empty_f32):
-    """results with each forward/backward winner replaced by the fastest of its runners-up
-    under graph replay (and that time as its us)."""
+    """results with each forward/backward winner replaced by the fastest of its runners-up and
+    of the kinds only graph replay times (autotune.graph_candidates; one that fails to compile
+    or launch is skipped and counted as failed), under graph replay (and that time as its us)."""
     m, n = x.shape
     props = torch.cuda.get_device_properties(x.device)
     per_set = 4 * x.numel() * x.element_size()
@@ -125,34 +128,39 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
     stream = launch_target(x.device)[0]
     for i in range(sets):  # each set's rstd, for the backward
         run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, stream)
-    dw = torch.empty_like(w)
+    dw, int64 = torch.empty_like(w), _int64(x)
     dots = {r.op.replace("backward_dot", "backward"): r.config for r in results if r.op.startswith("backward_dot")}
     out = []
     for r in results:
         if not r.ranked or r.op.startswith("backward_dot"):
             out.append(r)
             continue
-        times = {}
-        for cfg, us in r.ranked:
-            if r.op.startswith("forward"):
+        forward = r.op.startswith("forward")
+        extra = A.graph_candidates("forward" if forward else "backward", n, x.element_size())
+        times, failed = {}, 0
+        for cfg, us in (*r.ranked, *((c, r.us) for c in extra)):
+            if forward:
                 plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
 
                 def launch(i, s, plan=plan):
-                    L.launch_forward(plan, xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, s)
+                    run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, s, int64, plan)
             else:
                 plan = C.backward_plan_from(cfg, dots.get(r.op, cfg), m, n, info.num_sms)
-                partial, row_dot = empty_f32((plan.partial_rows, n)), empty_f32((m,))
 
-                def launch(i, s, plan=plan, partial=partial, row_dot=row_dot):
-                    L.launch_backward(plan, xs[i], dys[i], w, rs[i], dxs[i], dw, partial, row_dot, 0.0, casting, s)
+                def launch(i, s, plan=plan):
+                    run_backward(xs[i], dys[i], w, rs[i], dxs[i], dw, 0.0, casting, empty_f32, info, s, int64,
+                                 as_words, plan)  # fmt: skip
 
-            times[cfg] = _graph_us(launch, sets, us, x.device)
+            try:
+                times[cfg] = _graph_us(launch, sets, us, x.device)
+            except Exception:  # noqa: BLE001 (as exhaustive_search skips a candidate that fails)
+                if cfg not in extra:
+                    raise
+                failed += 1
         best = min(times, key=times.get)
-        out.append(
-            dataclasses.replace(
-                r, config=best, us=times[best], ranked=tuple(sorted(times.items(), key=lambda kv: kv[1]))
-            )
-        )
+        ranked = tuple(sorted(times.items(), key=lambda kv: kv[1]))
+        out.append(dataclasses.replace(r, config=best, us=times[best], ranked=ranked, failed=r.failed + failed,
+                                       timed=r.timed + len(extra) - failed))  # fmt: skip
     return out
 
 

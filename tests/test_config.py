@@ -467,6 +467,48 @@ def test_search_space_is_valid(n):
     assert A.forward_candidates(n, C.FEW_ROWS) == A.forward_candidates(n, C.FEW_ROWS + 1) == fwd
 
 
+def test_tuner_searches_every_table_entry():
+    """One tuner command can rebuild the checked-in table (issue 19, item 6): every entry's config
+    (its latency hint aside: tried on the fastest only) is in the search space of its op, element
+    size and bucket, the kinds only graph replay times included (autotune.graph_candidates: split,
+    packed; before session 53, 15 of 72 entries were not)."""
+    kinds = set()
+    for (op, elem_size, bucket), entry in T.checked_in("sm_90").items():
+        cfg = dataclasses.replace(C.KernelConfig(*entry), latency=None)
+        base = op.removesuffix(C.FEW_ROWS_SUFFIX)
+        if base == "backward_dot":
+            space = A.row_dot_candidates(bucket)
+        else:
+            searched = A.forward_candidates(bucket) if base == "forward" else A.backward_candidates(bucket)
+            space = searched + A.graph_candidates(base, bucket, elem_size)
+        assert cfg in space, (op, elem_size, bucket, cfg)
+        kinds.add(cfg.kernel)
+    assert kinds == set(C.KERNELS)  # (the test covers every kind the planner plans)
+
+
+@pytest.mark.parametrize("n", [500, 4096, 16384, 65536])
+def test_graph_candidates_are_valid(n):
+    """The split configs give 2 to MAX_SPLIT blocks a row and store without TMA; the packed ones
+    are the 16-bit backward's one-tile configs of PACKED_MIN_TILE_N or more; fp32 and the forward
+    get no packed config; the single-launch search holds neither kind."""
+    for op in ("forward", "backward"):
+        for elem_size in (2, 4):
+            space = A.graph_candidates(op, n, elem_size)
+            assert len(set(space)) == len(space)
+            for cfg in space:
+                assert cfg.kernel in ("split", "packed"), cfg
+                if cfg.kernel == "split":
+                    assert 2 <= C.split_count(n, cfg.tile_n) <= C.MAX_SPLIT and not cfg.tma_store, cfg
+                else:
+                    assert (op, elem_size) == ("backward", 2) and cfg.tile_n == C.next_pow2(n) >= 4096, cfg
+                    assert dataclasses.replace(cfg, kernel="tile") in A.backward_candidates(n), cfg
+    searched = A.forward_candidates(n) + A.backward_candidates(n)
+    assert not {c.kernel for c in searched} & {"split", "packed"}
+    packed = A.PACKED_MIN_TILE_N <= n <= A.MAX_ROW_TILE_N["backward"]  # (one tile a row: the packed kernel's)
+    assert {c.kernel for c in A.graph_candidates("backward", n, 2)} == ({"split", "packed"} if packed else
+                                                                        {"split"} if n > 4096 else set())  # fmt: skip
+
+
 def test_planned_configs_include_every_table_entry():
     planned = C.planned_configs()
     for (op, _, _), entry in T.checked_in("sm_90").items():
@@ -526,6 +568,51 @@ def test_tune_stores_a_config_that_plans_then_use(cache_dir, gen):
     y_ref, _, dx_ref, dw_ref = rms_norm_ref_grads(x, dy, w)
     tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
     check_all({"y": y.detach(), "dx": x.grad, "dw": w.grad}, {"y": y_ref, "dx": dx_ref, "dw": dw_ref}, tols)
+
+
+@pytest.mark.gpu
+def test_graph_timed_kinds(monkeypatch):
+    """The kinds only graph replay times (autotune.graph_candidates: split, packed) are timed by
+    tune._rerank through the torch API's launchers beside the runners-up, and each config it
+    timed computes y, rstd, dx and dw as float64 does (bf16 2048 x 4096: a tile runner-up, a split
+    forward and backward, a packed backward; outputs poisoned)."""
+    import torch
+
+    from cutile_rms import tune as tuner
+    from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
+    from cutile_rms.rmsnorm.torch_impl import _int64, as_words, launch_target
+    from tests.reference import check_all, nan_like, rms_norm_ref_grads, tolerances
+
+    m, n, dev = 2048, 4096, torch.device("cuda")
+    tile, split, packed = C.tile(1, n, 2), C.split(1, 2048, 2, 4), C.packed(1, n, 1, 8)
+    monkeypatch.setattr(A, "graph_candidates", lambda op, _n, _es: [split, packed] if op == "backward" else [split])
+    info = launch_target(dev)[1]
+    x, w, dy = tuner._inputs(m, n, torch.bfloat16, dev, seed=7)
+    casting = casting_code("llama", False)
+
+    def empty_f32(shape):
+        return torch.empty(shape, device=dev, dtype=torch.float32)
+
+    ranked = ((tile, 50.0),)
+    results = [A.Result(op, n, 2, tile, 50.0, m, 1, 0, ranked) for op in ("forward", "backward")]
+    fwd, bwd = tuner._rerank(results, x, w, dy, casting, info, empty_f32)
+    assert {c for c, _ in fwd.ranked} == {tile, split} and {c for c, _ in bwd.ranked} == {tile, split, packed}
+    assert (fwd.timed, fwd.failed, bwd.timed, bwd.failed) == (2, 0, 3, 0) and all(us > 0 for _, us in bwd.ranked)
+    y_ref, rstd_ref, dx_ref, dw_ref = rms_norm_ref_grads(x, dy, w)
+    tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
+    stream = launch_target(dev)[0]
+    for cfg in (tile, split):
+        y, rstd = nan_like(x.shape, x.dtype, dev), nan_like((m,), torch.float32, dev)
+        plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
+        run_forward(x, w, y, rstd, 1e-6, 0.0, casting, None, info, stream, _int64(x), plan)
+        torch.cuda.synchronize()
+        check_all({"y": y, "rstd": rstd}, {"y": y_ref, "rstd": rstd_ref}, tols)
+    for cfg in (tile, split, packed):
+        dx, dw = nan_like(x.shape, x.dtype, dev), nan_like(w.shape, w.dtype, dev)
+        plan = C.backward_plan_from(cfg, cfg, m, n, info.num_sms)
+        run_backward(x, dy, w, rstd, dx, dw, 0.0, casting, empty_f32, info, stream, _int64(x), as_words, plan)
+        torch.cuda.synchronize()
+        check_all({"dx": dx, "dw": dw}, {"dx": dx_ref, "dw": dw_ref}, tols)
 
 
 def test_signatures_are_the_kernels():

@@ -114,6 +114,18 @@ def test_tma_branch_reproducer_compiles(sass):
         assert (r["ops"].get("UTMASTG.2D", 0) > 0) == tma and r["ops"].get("ATOMG.ADD.64", 0) > 0
 
 
+@pytest.mark.compile
+def test_sass_loops_reports_a_backward_candidate(sass, tmp_path, capsys):
+    """--loops reports a backward row-tile candidate: the rules' 4 x (512 + 64) tile of bf16 560
+    compiles without stack, its 512 piece in 128-bit loads (bench/NOTES.md, session 53, s53d)."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([{"op": "backward", "dtype": "bfloat16", "m": 4096, "n": 560}]))
+    assert sass._loops(str(path)) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("bfloat16 560 backward [rules] tile 4x1x512+64 w4 o4"), line
+    assert "stack 0," in line and "LDG.128 x" in line, line
+
+
 def test_innermost_loop_of_a_listing():
     """The SASS tool's loop finder takes the shortest backward branch's range."""
     from bench.probes.sass import innermost_loop

@@ -12,7 +12,12 @@ What is searched (named so the search space reads as one table):
   stores, and the fastest few again with a load latency hint; for few rows also the row
   kernel (``row_candidates``);
 - backward: the same two kinds; the chunked one runs the row-dot kernel first, so its time is
-  its own plus the best row-dot config's, which is recorded as ``backward_dot``.
+  its own plus the best row-dot config's, which is recorded as ``backward_dot``;
+- both: the kinds a single launch cannot time (``graph_candidates``): the split kernels, whose
+  blocks exchange their sums through slots that must start at zero at every launch, and the
+  packed 16-bit backward, which reads int32 word views. ``cutile_rms.tune`` times them by graph
+  replay through the launchers beside the runners-up of the search (session 53: before, 15 of the 72
+  entries of tuned/sm_90.json were configs the tuner could not produce).
 
 exhaustive_search flushes L2 before every sample and samples each candidate until its mean is
 known within 1% (or 0.5 us); candidates that fail to compile or launch are skipped.
@@ -27,7 +32,15 @@ from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import launch as L
 from cutile_rms.rmsnorm import signatures as S
 
-__all__ = ["Result", "backward_candidates", "forward_candidates", "row_dot_candidates", "tune_backward", "tune_forward"]
+__all__ = [
+    "Result",
+    "backward_candidates",
+    "forward_candidates",
+    "graph_candidates",
+    "row_dot_candidates",
+    "tune_backward",
+    "tune_forward",
+]
 
 TILE_M_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 # Largest tile (tile_m x tile_n elements) searched for the one-tile kernels. The first sweep
@@ -44,7 +57,7 @@ CHUNK_OCCUPANCIES = (1, 2, 4)
 # Worker warps: the compiler's choice, or 8 (num_worker_warps; its documentation names large
 # normalization tiles as the case where more warps relieve register pressure). Only tiles of at
 # least this many elements try 8: smaller ones hold few registers per thread anyway.
-WARPS_CHOICES = (None, 8)
+WARPS_CHOICES = (None, 4, 8)  # (4: the checked-in table's forward tiles of 2 x 4096, 8 x 512 fp32, ...)
 MIN_TILE_ELEMS_FOR_WARPS = 4096
 # Every candidate is timed with TMA stores allowed and forbidden (one-row tiles gained 7-9% of
 # the copy ceiling without them, multi-row tiles lost 2-5%: bench/NOTES.md). Then the
@@ -86,15 +99,18 @@ class Result:
 
 
 def _tile_candidates(op: str, n: int) -> list:
+    """One tile a row; one-row forward tiles also on a grid of one block a tile ("per_tile": the
+    table's fp32 1024 and 4096 entries)."""
     tile_n = max(16, C.next_pow2(n))
     if tile_n > MAX_ROW_TILE_N[op]:
         return []
     out = []
     for tm in TILE_M_CHOICES:
         if tm == 1 or tm * tile_n <= MAX_TILE_ELEMS:
+            schedules = C.SCHEDULES if op == "forward" and tm == 1 else ("stride",)
             out += [
-                C.tile(tm, tile_n, occ, w, tma_store=ts)
-                for occ in C.OCCUPANCIES for w in _warps(tm * tile_n) for ts in TMA_STORE_CHOICES
+                C.tile(tm, tile_n, occ, w, tma_store=ts, schedule=sc)
+                for occ in C.OCCUPANCIES for w in _warps(tm * tile_n) for ts in TMA_STORE_CHOICES for sc in schedules
             ]  # fmt: skip
     return out
 
@@ -124,6 +140,43 @@ def forward_candidates(n: int, m: int | None = None) -> list:
 
 def backward_candidates(n: int) -> list:
     return _tile_candidates("backward", n) + _chunked_candidates(n)
+
+
+# The split kernels (graph_candidates): segments of CHUNK_CHOICES that give 2 to config.MAX_SPLIT
+# blocks a row, one row a tile (the table's), at SPLIT_OCCUPANCIES blocks an SM of SPLIT_WARPS warps.
+SPLIT_OCCUPANCIES = (1, 2)
+SPLIT_WARPS = (4, 8)
+# The packed 16-bit backward (graph_candidates): rows padded to PACKED_MIN_TILE_N or more (the
+# table's 4096-16384 buckets; packed-probe logs of sessions 6 and 7), the one-tile kernel's tiles at
+# PACKED_OCCUPANCIES blocks of 8 warps (every packed entry of the table).
+PACKED_MIN_TILE_N = 4096
+PACKED_OCCUPANCIES = (1, 2)
+PACKED_WARPS = 8
+
+
+def split_candidates(n: int) -> list:
+    """The split kernels' configs for rows of n elements (forward and backward)."""
+    return [
+        C.split(1, seg, occ, w)
+        for seg in CHUNK_CHOICES if 2 <= C.split_count(n, seg) <= C.MAX_SPLIT
+        for occ in SPLIT_OCCUPANCIES for w in SPLIT_WARPS
+    ]  # fmt: skip
+
+
+def packed_candidates(n: int) -> list:
+    """The packed 16-bit backward's configs for rows of n elements: the one-tile kernel's tiles
+    (``backward_candidates``) of PACKED_MIN_TILE_N or more at PACKED_OCCUPANCIES of PACKED_WARPS."""
+    return [
+        dataclasses.replace(c, kernel="packed")
+        for c in _tile_candidates("backward", n)
+        if c.tile_n >= PACKED_MIN_TILE_N and c.blocks_per_sm in PACKED_OCCUPANCIES and c.warps == PACKED_WARPS
+    ]
+
+
+def graph_candidates(op: str, n: int, elem_size: int) -> list:
+    """The configs of op ("forward" or "backward") for rows of n elem_size-byte elements that
+    only graph replay times (see the module doc): split, and the packed backward of 16-bit rows."""
+    return split_candidates(n) + (packed_candidates(n) if op == "backward" and elem_size == 2 else [])
 
 
 def row_dot_candidates(n: int) -> list:
