@@ -128,7 +128,14 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
     stream = launch_target(x.device)[0]
     for i in range(sets):  # each set's rstd, for the backward
         run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, stream)
-    dw, int64 = torch.empty_like(w), _int64(x)
+    dw, int64, blocks = torch.empty_like(w), _int64(x), C.split_blocks(info.num_sms)
+
+    def words(t):  # (a packed plan whose views fail would run the planner's plan instead: refuse)
+        v = as_words(t)
+        if v is None:
+            raise ValueError("no int32 word view for the packed kernel")
+        return v
+
     dots = {r.op.replace("backward_dot", "backward"): r.config for r in results if r.op.startswith("backward_dot")}
     out = []
     for r in results:
@@ -137,6 +144,9 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
             continue
         forward = r.op.startswith("forward")
         extra = A.graph_candidates("forward" if forward else "backward", n, x.element_size())
+        if not forward:  # what the planner runs of a split seed (config.narrow_split), each once
+            extra = list(dict.fromkeys(C.narrow_split(c, n, blocks) for c in extra))
+        extra = [c for c in extra if c.kernel != "split" or C.split_count(n, c.tile_n) <= blocks]
         times, failed = {}, 0
         for cfg, us in (*r.ranked, *((c, r.us) for c in extra)):
             if forward:
@@ -149,13 +159,14 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
 
                 def launch(i, s, plan=plan):
                     run_backward(xs[i], dys[i], w, rs[i], dxs[i], dw, 0.0, casting, empty_f32, info, s, int64,
-                                 as_words, plan)  # fmt: skip
+                                 words, plan)  # fmt: skip
 
             try:
                 times[cfg] = _graph_us(launch, sets, us, x.device)
-            except Exception:  # noqa: BLE001 (as exhaustive_search skips a candidate that fails)
+            except Exception as e:  # noqa: BLE001 (as exhaustive_search skips a candidate that fails)
                 if cfg not in extra:
                     raise
+                print(f"n={n} {r.op} {cfg}: skipped: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
                 failed += 1
         best = min(times, key=times.get)
         ranked = tuple(sorted(times.items(), key=lambda kv: kv[1]))

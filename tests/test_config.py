@@ -505,8 +505,13 @@ def test_graph_candidates_are_valid(n):
     searched = A.forward_candidates(n) + A.backward_candidates(n)
     assert not {c.kernel for c in searched} & {"split", "packed"}
     packed = A.PACKED_MIN_TILE_N <= n <= A.MAX_ROW_TILE_N["backward"]  # (one tile a row: the packed kernel's)
-    assert {c.kernel for c in A.graph_candidates("backward", n, 2)} == ({"split", "packed"} if packed else
-                                                                        {"split"} if n > 4096 else set())  # fmt: skip
+    split = bool(A.split_candidates(n))
+    kinds = ({"split"} if split else set()) | ({"packed"} if packed else set())
+    assert {c.kernel for c in A.graph_candidates("backward", n, 2)} == kinds
+    # where the planner would not run them: odd rows packed, the split forward of 16-bit rows not of 16 | N
+    assert not [c for c in A.graph_candidates("backward", n + 1, 2) if c.kernel == "packed"]
+    assert not A.graph_candidates("forward", n + 8, 2) and A.graph_candidates("forward", n + 8, 4) == (
+        A.split_candidates(n + 8))  # fmt: skip
 
 
 def test_planned_configs_include_every_table_entry():
@@ -575,7 +580,8 @@ def test_graph_timed_kinds(monkeypatch):
     """The kinds only graph replay times (autotune.graph_candidates: split, packed) are timed by
     tune._rerank through the torch API's launchers beside the runners-up, and each config it
     timed computes y, rstd, dx and dw as float64 does (bf16 2048 x 4096: a tile runner-up, a split
-    forward and backward, a packed backward; outputs poisoned)."""
+    forward and backward, the backward's split as the planner narrows it, a packed backward;
+    outputs poisoned)."""
     import torch
 
     from cutile_rms import tune as tuner
@@ -596,18 +602,23 @@ def test_graph_timed_kinds(monkeypatch):
     ranked = ((tile, 50.0),)
     results = [A.Result(op, n, 2, tile, 50.0, m, 1, 0, ranked) for op in ("forward", "backward")]
     fwd, bwd = tuner._rerank(results, x, w, dy, casting, info, empty_f32)
-    assert {c for c, _ in fwd.ranked} == {tile, split} and {c for c, _ in bwd.ranked} == {tile, split, packed}
-    assert (fwd.timed, fwd.failed, bwd.timed, bwd.failed) == (2, 0, 3, 0) and all(us > 0 for _, us in bwd.ranked)
+    narrow = C.narrow_split(split, n, C.split_blocks(info.num_sms))
+    assert {c for c, _ in fwd.ranked} == {tile, split} and {c for c, _ in bwd.ranked} == {tile, narrow, packed}
+    assert (fwd.timed, fwd.failed, bwd.timed, bwd.failed) == (2, 0, 3, 0)
+    assert as_words(x) is not None  # (the packed config ran as packed: _rerank refuses a failed view)
     y_ref, rstd_ref, dx_ref, dw_ref = rms_norm_ref_grads(x, dy, w)
     tols = tolerances(torch.bfloat16, torch.bfloat16, "llama")
     stream = launch_target(dev)[0]
+    rstds = {}
     for cfg in (tile, split):
         y, rstd = nan_like(x.shape, x.dtype, dev), nan_like((m,), torch.float32, dev)
         plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
         run_forward(x, w, y, rstd, 1e-6, 0.0, casting, None, info, stream, _int64(x), plan)
         torch.cuda.synchronize()
         check_all({"y": y, "rstd": rstd}, {"y": y_ref, "rstd": rstd_ref}, tols)
-    for cfg in (tile, split, packed):
+        rstds[cfg] = rstd
+    rstd = rstds[tile]
+    for cfg in (tile, narrow, packed):
         dx, dw = nan_like(x.shape, x.dtype, dev), nan_like(w.shape, w.dtype, dev)
         plan = C.backward_plan_from(cfg, cfg, m, n, info.num_sms)
         run_backward(x, dy, w, rstd, dx, dw, 0.0, casting, empty_f32, info, stream, _int64(x), as_words, plan)

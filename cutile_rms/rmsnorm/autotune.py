@@ -7,10 +7,10 @@ allocates the arrays, records the winners in the per-device cache and writes tab
 
 What is searched (named so the search space reads as one table):
 
-- forward: one tile per row (``tile``) with tile_m rows, and the chunked kernel with
-  tile_m rows x tile_n-column chunks; each at every occupancy hint, with and without TMA
-  stores, and the fastest few again with a load latency hint; for few rows also the row
-  kernel (``row_candidates``);
+- forward: one tile per row (``tile``) with tile_m rows (one-row tiles also on a grid of one
+  block a tile), and the chunked kernel with tile_m rows x tile_n-column chunks; each at every
+  occupancy hint, with and without TMA stores, and the fastest few again with a load latency
+  hint; few rows search the same space;
 - backward: the same two kinds; the chunked one runs the row-dot kernel first, so its time is
   its own plus the best row-dot config's, which is recorded as ``backward_dot``;
 - both: the kinds a single launch cannot time (``graph_candidates``): the split kernels, whose
@@ -57,7 +57,10 @@ CHUNK_OCCUPANCIES = (1, 2, 4)
 # Worker warps: the compiler's choice, or 8 (num_worker_warps; its documentation names large
 # normalization tiles as the case where more warps relieve register pressure). Only tiles of at
 # least this many elements try 8: smaller ones hold few registers per thread anyway.
-WARPS_CHOICES = (None, 4, 8)  # (4: the checked-in table's forward tiles of 2 x 4096, 8 x 512 fp32, ...)
+WARPS_CHOICES = (None, 8)
+# Forward tiles of MIN_TILE_ELEMS_FOR_WARPS to FOUR_WARPS_MAX_ELEMS elements also try 4 warps: the
+# checked-in table's forward tiles of 2 x 4096, 1 x 8192 and 8 x 512 / 2 x 2048 fp32 run on 4.
+FOUR_WARPS_MAX_ELEMS = 8192
 MIN_TILE_ELEMS_FOR_WARPS = 4096
 # Every candidate is timed with TMA stores allowed and forbidden (one-row tiles gained 7-9% of
 # the copy ceiling without them, multi-row tiles lost 2-5%: bench/NOTES.md). Then the
@@ -75,7 +78,8 @@ class Result:
     config.bucket: tables hold no exact row lengths),
     element size, config, its mean time in us, the M it was timed at, how many candidates
     were timed / failed, and the RUNNERS_UP fastest (config, us) pairs, best first, for a
-    second timing by the caller (cutile_rms.tune re-times them by CUDA-graph replay)."""
+    second timing by the caller (cutile_rms.tune re-times them by CUDA-graph replay, with the
+    graph-timed kinds, and keeps all it timed there, best first)."""
 
     op: str
     bucket: int
@@ -108,9 +112,12 @@ def _tile_candidates(op: str, n: int) -> list:
     for tm in TILE_M_CHOICES:
         if tm == 1 or tm * tile_n <= MAX_TILE_ELEMS:
             schedules = C.SCHEDULES if op == "forward" and tm == 1 else ("stride",)
+            elems = tm * tile_n
+            four = op == "forward" and MIN_TILE_ELEMS_FOR_WARPS <= elems <= FOUR_WARPS_MAX_ELEMS
             out += [
                 C.tile(tm, tile_n, occ, w, tma_store=ts, schedule=sc)
-                for occ in C.OCCUPANCIES for w in _warps(tm * tile_n) for ts in TMA_STORE_CHOICES for sc in schedules
+                for occ in C.OCCUPANCIES for w in _warps(elems) + ((4,) if four else ())
+                for ts in TMA_STORE_CHOICES for sc in schedules
             ]  # fmt: skip
     return out
 
@@ -175,8 +182,13 @@ def packed_candidates(n: int) -> list:
 
 def graph_candidates(op: str, n: int, elem_size: int) -> list:
     """The configs of op ("forward" or "backward") for rows of n elem_size-byte elements that
-    only graph replay times (see the module doc): split, and the packed backward of 16-bit rows."""
-    return split_candidates(n) + (packed_candidates(n) if op == "backward" and elem_size == 2 else [])
+    only graph replay times (see the module doc): split (the forward of 16-bit rows only where
+    the planner takes it: a multiple of config.SPLIT_VECTOR_ELEMS), and the packed backward of
+    even 16-bit rows (word views). The backward's split configs are seeds: the planner narrows
+    them (config.narrow_split), and the caller times what it would run."""
+    split = op == "backward" or elem_size == 4 or n % C.SPLIT_VECTOR_ELEMS == 0
+    packed = op == "backward" and elem_size == 2 and n % 2 == 0
+    return (split_candidates(n) if split else []) + (packed_candidates(n) if packed else [])
 
 
 def row_dot_candidates(n: int) -> list:
