@@ -1393,9 +1393,15 @@ def aligned_backward_tile(n: int, elem_size: int) -> tuple[int, int] | None:
     threads = 32 * ALIGNED_BWD_WARPS
     for blocks, elems in sorted(ALIGNED_BWD_ELEMS.items(), reverse=True):
         rows = min(ALIGNED_BWD_MAX_ROWS, _prev_pow2(elems * threads // n)) if n <= elems * threads else 0
-        if rows and blocks * rows * n * 2 * elem_size >= ALIGNED_BWD_IN_FLIGHT:
+        if rows and _in_flight_line(blocks, rows, n, elem_size):
             return rows, blocks
     return None
+
+
+def _in_flight_line(blocks: int, rows: int, n: int, elem_size: int) -> bool:
+    """Whether blocks tiles an SM of rows rows of n elements keep ALIGNED_BWD_IN_FLIGHT of x and dy
+    in flight (the backward's line, sessions 52 and 53)."""
+    return blocks * rows * n * 2 * elem_size >= ALIGNED_BWD_IN_FLIGHT
 
 
 def _gathered_pair(n: int, elem_size: int, span: int, rows: int, threads: int, blocks: int) -> int:
@@ -1403,7 +1409,7 @@ def _gathered_pair(n: int, elem_size: int, span: int, rows: int, threads: int, b
     elements (span padded) on threads at blocks an SM keeps less than ALIGNED_BWD_IN_FLIGHT of x
     and dy in flight and two rows hold at most GATHERED_BWD_PAIR_ELEMS elements a thread (the
     comment above it), else 0."""
-    low = blocks * n * 2 * elem_size < ALIGNED_BWD_IN_FLIGHT
+    low = not _in_flight_line(blocks, 1, n, elem_size)
     even = n % 2 == 0  # (odd rows, loaded 2 bytes at a time, tied or lost: the comment above)
     return blocks if even and rows == 1 and low and 2 * span <= GATHERED_BWD_PAIR_ELEMS * threads else 0
 
