@@ -25,6 +25,8 @@ from cutile_rms.rows.plan import (
     FLAT_MIN_BYTES,
     FP32_BWD_MIN_BYTES,
     GATHERED_BWD_PAIR_ELEMS,
+    LANES_ELEMS,
+    LANES_OCCUPANCY,
     LONE_TILES_PER_SM,
     LONE_TMA_HINT,
     LONE_TMA_TILES_PER_SM,
@@ -41,6 +43,9 @@ from cutile_rms.rows.plan import (
     SHORT_BWD_MIN_PIECE,
     SPLIT_BLOCKS,
     SPLIT_WARPS,
+    VECTOR_2MOD4_FWD_ELEMS,
+    VECTOR_2MOD4_FWD_PREFETCH_BLOCKS,
+    VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS,
     aligned_backward_tile,
     backward_by_default,
     few_rows,
@@ -532,12 +537,13 @@ def test_prefetch_forward_has_no_residual():
 @pytest.mark.parametrize("shape", [(37, 98), (5, 3, 71), (300, 149)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_prefetch_lanes_backward(dev, shape, dtype, gen):
-    """The lanes backward with PREFETCH (probes only so far) against float64, outputs poisoned."""
+    """The lanes kernels with PREFETCH (the backward's rule; the forward's where the grid holds
+    fewer blocks than tiles) against float64, outputs poisoned."""
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
         p = RL.plan(op, a, b, n, es, sms, lanes=True, prefetch=True)
-        assert p.kind == "lanes" and p.prefetch == (op == "backward")
+        assert p.kind == "lanes" and p.prefetch == (op == "backward" or p.grid < -(-a // p.tile_a) * (b // p.tile_b))
         return p
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
@@ -1653,6 +1659,92 @@ def test_wide_lanes_tile_rows_same_bits(dev, n, dtype, casting, offset, gen):
         assert torch.equal(y.view(torch.int16), outs[0][0].view(torch.int16))
 
 
+@pytest.mark.parametrize("n,dtype", [(170, torch.bfloat16), (97, torch.float16), (301, torch.bfloat16),
+                                     (138, torch.float32)], ids=str)  # fmt: skip
+@pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
+def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
+    """rows_fwd_lanes with PREFETCH (each iteration gathers the block's next tile first) gives
+    the bits of the same tile without it and of a block a tile, on a grid of fewer blocks than
+    tiles (one SM: 8 blocks for 38 tiles, the last tile overhanging A), on the lanes the rules
+    give static layouts (170: 8 elements a lane, vector_lanes); and the rules' own plan on one
+    SM (170 static: VECTOR_2MOD4_FWD_PREFETCH_*, 16 rows at 4 blocks with the prefetch), with
+    fresh inputs and NaN-poisoned outputs; y, rstd against float64."""
+    m = 150
+    x, _, w = make_inputs((m, n), dtype, dev, has_weight=True, offset=0.0, generator=gen)
+    code = forward_casting(casting_code("llama", False), x, w, x, 0.0)
+    es = x.element_size()
+    lane_elems = (vector_lanes(n, es) or LANES_ELEMS) if static else LANES_ELEMS
+    plans = [
+        lanes_plan(
+            "forward",
+            m,
+            1,
+            n,
+            es,
+            1,
+            tile_rows=4,
+            static=static,
+            prefetch=prefetch,
+            persistent=persistent,
+            lane_elems=lane_elems,
+        )
+        for prefetch, persistent in ((True, None), (False, None), (False, False))
+    ]
+    assert [(p.prefetch, p.grid) for p in plans] == [(True, 8), (False, 8), (False, 38)], plans
+    rules = plan("forward", m, 1, n, es, 1, static=static)
+    assert rules.kind == "lanes", rules
+    if static and n == 170:
+        assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch) == (16, 4, 4, True), rules
+        plans.append(rules)
+    outs = []
+    for p in plans:
+        y, rstd = nan_like(x.shape, dtype, x.device), nan_like((m,), torch.float32, x.device)
+
+        def run(device, stream, p=p, y=y, rstd=rstd):
+            RL.run_forward(p, rows3(x, m, 1), w, y.view(m, 1, n), rstd.view(m, 1), EPS, 0.0, code, device, stream)
+
+        launch_on_device(x, run)
+        outs.append((y, rstd))
+    if x.device.type == "cuda":
+        torch.cuda.synchronize()
+    ref_y, ref_rstd, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
+    check_all(
+        {"y": outs[0][0], "rstd": outs[0][1]}, {"y": ref_y, "rstd": ref_rstd}, tolerances(dtype, w.dtype, "llama")
+    )
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    for y, rstd in outs[1:]:
+        assert torch.equal(rstd.view(torch.int32), outs[0][1].view(torch.int32))
+        assert torch.equal(y.view(bits), outs[0][0].view(bits))
+
+
+def test_vector_2mod4_forward_prefetch_rule():
+    """VECTOR_2MOD4_FWD_PREFETCH_*: the forward of 16-bit 2 mod 4 rows on vector lanes tiles of at
+    most 32 rows (82-510, static layouts) runs at 4 blocks an SM with the prefetch where the grid
+    holds fewer blocks than tiles, the same tile at every M; the 64-row tiles of 66-78, odd, 4 mod 8
+    and fp32 rows and runtime layouts keep 8 blocks without it; a caller's keyword stands."""
+    big = 1 << 22
+    for n in (82, 90, 138, 170, 250, 354, 494, 510):
+        p = plan("forward", big, 1, n, 2, SMS)
+        assert (p.kind, p.lanes * VECTOR_2MOD4_FWD_ELEMS, p.occupancy, p.prefetch, p.grid) == (
+            "lanes",
+            1 << (n - 1).bit_length(),
+            VECTOR_2MOD4_FWD_PREFETCH_BLOCKS,
+            True,
+            SMS * 4,
+        ), (n, p)
+        assert p.tile_a <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS
+        for m in (1, 37, 4 * SMS * p.tile_a + 1):  # the tile does not depend on M (batch invariance)
+            q = plan("forward", m, 1, n, 2, SMS)
+            assert (q.tile_a, q.occupancy, q.prefetch) == (p.tile_a, 4, q.grid < -(-m // p.tile_a)), (n, m, q)
+        assert not plan("forward", big, 1, n, 2, SMS, static=False).prefetch  # runtime layouts: L = 16
+        assert plan("forward", big, 1, n, 2, SMS, occupancy=8).occupancy == 8
+        assert not plan("forward", big, 1, n, 2, SMS, lanes=True, prefetch=False).prefetch
+        assert plan("backward", big, 1, n, 2, SMS).occupancy == LANES_OCCUPANCY["backward"]
+    for n, es in ((66, 2), (74, 2), (78, 2), (97, 2), (411, 2), (116, 2), (300, 2), (138, 4), (74, 4)):
+        p = plan("forward", big, 1, n, es, SMS)
+        assert (p.kind, p.occupancy, p.prefetch) == ("lanes", LANES_OCCUPANCY["forward"], False), (n, es, p)
+
+
 @pytest.mark.parametrize("shape", [(37, 204), (11, 292)], ids=str)
 def test_vector_lanes_fp32_kernels(dev, shape, gen):
     """The lanes kernels of fp32 rows with 4 elements a lane (probes only: the rule leaves fp32
@@ -2110,6 +2202,8 @@ def test_vector_lanes_rule():
             assert not vector_lanes(n, 4, op)
             p = plan(op, 99999, 1, n, 2, SMS)
             if vector_lanes(n, 2, op):
+                if op == "forward" and n % 4 == 2 and p.tile_a <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS:
+                    hint = VECTOR_2MOD4_FWD_PREFETCH_BLOCKS  # (session 54: test_vector_2mod4_forward_prefetch_rule)
                 assert (p.kind, p.static, p.lanes, p.warps, p.occupancy) == (
                     "lanes", True, w // vector_lanes(n, 2, op), 4, hint), (op, n, p)  # fmt: skip
                 if op == "forward" and n % 4 == 2:  # the most rows within 40 live elements a thread of 4 warps

@@ -189,6 +189,9 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   the core's split kernels exchange them: 1.08-1.16x the core's split kernel and the flat forward,
   29790-65535 on 132 SMs); session 51: its weight read after the row's sum, 5 blocks an SM, from
   22342 (1.09-1.29x).
+- session 54: the forward of 16-bit 2 mod 4 rows on vector lanes tiles of at most 32 rows (82-510)
+  runs at 4 blocks an SM with the prefetch, the next tile's gathers before this one's sum and
+  store (VECTOR_2MOD4_FWD_PREFETCH_*: 1.005-1.077x).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -1137,6 +1140,22 @@ LANES_WARPS = 4
 # already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
 VECTOR_2MOD4_FWD_LIVE_PER_THREAD = 40
 VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARPS
+# Those tiles of at most VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS rows (2 mod 4 rows of 82-510) run at
+# VECTOR_2MOD4_FWD_PREFETCH_BLOCKS blocks an SM (up to 128 registers) with the prefetch: each
+# iteration gathers the block's next tile before it sums and stores this one (kernels'
+# rows_fwd_lanes PREFETCH), the same bytes an SM as 8 blocks of one tile, with the next tile's
+# loads in flight while y goes out through shared memory (3 barriers an iteration: SASS, session
+# 54). H200, graph replay, about 64 Mi elements, us, 8 blocks -> 4 with the prefetch (ab/s54a,
+# s54b): bf16 90 84.8 -> 78.7, 110 78.1 -> 73.8, 138 82.5 -> 80.6, 150 79.9 -> 79.5, 170 83.7 ->
+# 78.3, 198 79.8 -> 75.0, 234 75.6 -> 72.8, 282 86.0 -> 82.0, 354 82.4 -> 77.1, 438 76.9 -> 72.6, 494
+# 74.1 -> 71.9, 510 73.5 -> 72.1; fp16 186 79.9 -> 75.2, 438 76.6 -> 72.3 (1.005-1.077x; CPU SASS:
+# no stack, 72-110 registers). Half the rows at 8 blocks with the prefetch gained as much at 8- and
+# 16-row tiles (1.05-1.09x) but 0.99-1.03x at 32 rows. Not the 64-row tiles of 66-80 (bf16 74 80.0
+# -> 83.9; half the rows 84.7), nor the other lanes tiles: odd rows lost 5-13% at 4 blocks and 1-4%
+# with the prefetch at 8 (97, 229, 339, 411, 499), 4 mod 8 rows 16-19% at 4 (116, 300), fp32 3-22%
+# at 4 but 229 (90, 97, 138, 186: 138 gained 3% with the prefetch at 8, the rest lost 1-4%).
+VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS = 32
+VECTOR_2MOD4_FWD_PREFETCH_BLOCKS = 4
 # Not taken (session 46): the forward of 16-bit 2 mod 4 rows padded to 1024 (8 x 1024 plain-load row
 # tiles, 74% of the copy) with a row on one warp, 32 lanes of 32 elements, 8 rows a tile. ncu (s46n,
 # at the benchmark's clocks, bf16 110015 x 610): the row tile reduces each row across its 4 warps,
@@ -1785,21 +1804,30 @@ def split_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
                warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
-               static: bool = False, lane_elems: int = LANES_ELEMS) -> RowsPlan:  # fmt: skip
+               static: bool = False, lane_elems: int = LANES_ELEMS, persistent: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above), lane_elems elements a lane; the keywords override the rules (probes).
-    The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH); static:
-    the kernels compiled for the row layout (``odd_static``, ``vector_lanes``)."""
+    The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH), the
+    forward where prefetch is True, or by the rule for 2 mod 4 rows' vector lanes
+    (VECTOR_2MOD4_FWD_PREFETCH_*: where no keyword is given), on a grid of fewer blocks than tiles; static:
+    the kernels compiled for the row layout (``odd_static``, ``vector_lanes``); persistent False:
+    a block a tile (a probe keyword of the forward), else the persistent grid."""
     w = _next_pow2(n)
+    auto = tile_rows is None and warps is None and occupancy is None and prefetch is None
     rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
+    if auto and op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS and rows <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS:
+        occupancy, prefetch = VECTOR_2MOD4_FWD_PREFETCH_BLOCKS, True  # (above VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS)
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
     occupancy = occupancy or LANES_OCCUPANCY[op]
-    grid = max(1, min(tiles, num_sms * occupancy))
+    grid = tiles if persistent is False and op == "forward" else max(1, min(tiles, num_sms * occupancy))
+    if op == "backward":
+        prefetch = LANES_BWD_PREFETCH if prefetch is None else prefetch
+    else:
+        prefetch = bool(prefetch) and grid < tiles
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static,
-                    prefetch=op == "backward" and (LANES_BWD_PREFETCH if prefetch is None else prefetch))  # fmt: skip
+                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=prefetch)  # fmt: skip
 
 
 def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int, static: bool = False) -> int:
@@ -1902,7 +1930,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     if lanes or (lanes is None and not overridden and (vector or lanes_fit(n, elem_size, op))):
         return lanes_plan(op, a, b, n, elem_size, num_sms, tile_rows=tile_rows, warps=warps, occupancy=occupancy,
                           prefetch=prefetch, static=compiled or vector > 0,
-                          lane_elems=vector or LANES_ELEMS)  # fmt: skip
+                          lane_elems=vector or LANES_ELEMS, persistent=persistent)  # fmt: skip
     row_bytes = n * elem_size
     short = row_bytes < MIN_PIECE_BYTES
     unal = unaligned(n, elem_size)

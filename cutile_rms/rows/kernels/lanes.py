@@ -75,23 +75,48 @@ def _store_lanes(a, ia, ib, t):
     ct.store(a, (ia, ib, 0), ct.reshape(t, (s[0], s[1], s[2] * s[3])), allow_tma=False)
 
 
+@tile_function
+def _lanes_x(x, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
+    """x of lanes tile t, gathered (0 past N and A)."""
+    ia, ib = _tile(t, tiles_b)
+    return ct.gather(x, _lane_indices(ia, ib, c, TILE_A, TILE_B), padding_value=0)
+
+
+@tile_function
+def _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_B: C_INT, CASTING: C_INT,
+             HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """y (and rstd where STORE_RSTD) of lanes tile t from its gathered x, stored."""
+    ia, ib = _tile(t, tiles_b)
+    f = ct.astype(xt, ct.float32)
+    rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
+    _store_lanes(y, ia, ib, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
+    if STORE_RSTD:
+        ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+
+
 @row_kernel
 def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
-                   L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+                   L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL,
+                   PREFETCH: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
-    L * K >= N, the lanes past N load as 0 and their stores are dropped."""
+    L * K >= N, the lanes past N load as 0 and their stores are dropped. PREFETCH: each
+    iteration gathers the block's next tile (clamped to the last) before it works on this one,
+    as rows_bwd_lanes does (a probe keyword of the forward: plan.lanes_plan)."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
+    tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
     wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT, CASTING)
     inv_n = 1.0 / x.shape[2]
-    for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
-        ia, ib = _tile(t, tiles_b)
-        xt = ct.gather(x, _lane_indices(ia, ib, c, TILE_A, TILE_B), padding_value=0)
-        f = ct.astype(xt, ct.float32)
-        rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
-        _store_lanes(y, ia, ib, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
-        if STORE_RSTD:
-            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+    if PREFETCH:
+        xt = _lanes_x(x, ct.minimum(ct.bid(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            nxt = _lanes_x(x, ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
+            _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
+            xt = nxt
+    else:
+        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
+            xt = _lanes_x(x, t, tiles_b, c, TILE_A, TILE_B)
+            _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
 
 
 @tile_function
