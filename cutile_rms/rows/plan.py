@@ -1804,7 +1804,8 @@ def split_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
 
 def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_rows: int | None = None,
                warps: int | None = None, occupancy: int | None = None, prefetch: bool | None = None,
-               static: bool = False, lane_elems: int = LANES_ELEMS, persistent: bool | None = None) -> RowsPlan:  # fmt: skip
+               static: bool = False, lane_elems: int = LANES_ELEMS,
+               persistent: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above), lane_elems elements a lane; the keywords override the rules (probes).
     The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH), the
