@@ -1667,8 +1667,11 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     the bits of the same tile without it and of a block a tile, on a grid of fewer blocks than
     tiles (one SM: 8 blocks for 38 tiles, the last tile overhanging A), on the lanes the rules
     give static layouts (170: 8 elements a lane, vector_lanes); and the rules' own plan on one
-    SM (170 static: VECTOR_2MOD4_FWD_PREFETCH_*, 16 rows at 4 blocks with the prefetch), with
-    fresh inputs and NaN-poisoned outputs; y, rstd against float64."""
+    SM (170 static: VECTOR_2MOD4_FWD_PREFETCH_*, 16 rows at 4 blocks with the prefetch) the bits
+    of the same tile at 8 blocks without it (the old rule) and of the rules' plan on a grid of
+    its tiles (no prefetch: what few rows run), so a row's bits do not depend on M. (The tile's
+    rows may change rstd's bits on the GPU: 16 and 4 rows of 170 did, session 54; they are a
+    function of N, lanes_tile_rows.) Fresh inputs, NaN-poisoned outputs, y and rstd against float64."""
     m = 150
     x, _, w = make_inputs((m, n), dtype, dev, has_weight=True, offset=0.0, generator=gen)
     code = forward_casting(casting_code("llama", False), x, w, x, 0.0)
@@ -1693,9 +1696,22 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     assert [(p.prefetch, p.grid) for p in plans] == [(True, 8), (False, 8), (False, 38)], plans
     rules = plan("forward", m, 1, n, es, 1, static=static)
     assert rules.kind == "lanes", rules
-    if static and n == 170:
+    groups = [plans]
+    if static and n == 170:  # the rule's tile, as the old rule ran it (8 blocks), and on a grid of its tiles
         assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch) == (16, 4, 4, True), rules
-        plans.append(rules)
+        old = lanes_plan("forward", m, 1, n, es, 1, occupancy=8, prefetch=False, static=True, lane_elems=lane_elems)
+        few = plan("forward", m, 1, n, es, 3, static=static)  # 12 blocks for 10 tiles: a block a tile
+        assert (old.tile_a, old.grid, old.prefetch, few.tile_a, few.grid, few.prefetch) == (16, 8, False, 16, 10, False)
+        groups.append([rules, old, few])
+    for group in groups:
+        _same_forward_bits(x, w, code, group)
+
+
+def _same_forward_bits(x, w, code, plans):
+    """Runs each forward plan on NaN-poisoned outputs and checks y and rstd against float64 and
+    the plans' outputs bit for bit against each other."""
+    m, n = x.shape
+    dtype = x.dtype
     outs = []
     for p in plans:
         y, rstd = nan_like(x.shape, dtype, x.device), nan_like((m,), torch.float32, x.device)
@@ -1712,9 +1728,9 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
         {"y": outs[0][0], "rstd": outs[0][1]}, {"y": ref_y, "rstd": ref_rstd}, tolerances(dtype, w.dtype, "llama")
     )
     bits = torch.int32 if dtype == torch.float32 else torch.int16
-    for y, rstd in outs[1:]:
-        assert torch.equal(rstd.view(torch.int32), outs[0][1].view(torch.int32))
-        assert torch.equal(y.view(bits), outs[0][0].view(bits))
+    for p, (y, rstd) in zip(plans[1:], outs[1:], strict=True):
+        assert torch.equal(rstd.view(torch.int32), outs[0][1].view(torch.int32)), (plans[0], p)
+        assert torch.equal(y.view(bits), outs[0][0].view(bits)), (plans[0], p)
 
 
 def test_vector_2mod4_forward_prefetch_rule():
