@@ -40,7 +40,7 @@ from cutile_rms.rmsnorm import autotune as A
 from cutile_rms.rmsnorm import config as C
 from cutile_rms.rmsnorm import tables
 from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
-from cutile_rms.rmsnorm.torch_impl import _int64, as_words, launch_target
+from cutile_rms.rmsnorm.torch_impl import as_words, int64_workspace, launch_target
 
 __all__ = ["tune"]
 
@@ -128,7 +128,7 @@ def _rerank(results, x, w, dy, casting, info, empty_f32):
     stream = launch_target(x.device)[0]
     for i in range(sets):  # each set's rstd, for the backward
         run_forward(xs[i], w, ys[i], rs[i], 1e-6, 0.0, casting, None, info, stream)
-    dw, int64, blocks = torch.empty_like(w), _int64(x), C.split_blocks(info.num_sms)
+    dw, int64, blocks = torch.empty_like(w), int64_workspace(x), C.split_blocks(info.num_sms)
 
     def words(t):  # (a packed plan whose views fail would run the planner's plan instead: refuse)
         v = as_words(t)

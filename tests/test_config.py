@@ -586,7 +586,7 @@ def test_graph_timed_kinds(monkeypatch):
 
     from cutile_rms import tune as tuner
     from cutile_rms.rmsnorm.launch import casting_code, run_backward, run_forward
-    from cutile_rms.rmsnorm.torch_impl import _int64, as_words, launch_target
+    from cutile_rms.rmsnorm.torch_impl import as_words, int64_workspace, launch_target
     from tests.reference import check_all, nan_like, rms_norm_ref_grads, tolerances
 
     m, n, dev = 2048, 4096, torch.device("cuda")
@@ -613,7 +613,7 @@ def test_graph_timed_kinds(monkeypatch):
     for cfg in (tile, split):
         y, rstd = nan_like(x.shape, x.dtype, dev), nan_like((m,), torch.float32, dev)
         plan = C.forward_plan_from(cfg, m, info.num_sms, "persistent", n)
-        run_forward(x, w, y, rstd, 1e-6, 0.0, casting, None, info, stream, _int64(x), plan)
+        run_forward(x, w, y, rstd, 1e-6, 0.0, casting, None, info, stream, int64_workspace(x), plan)
         torch.cuda.synchronize()
         check_all({"y": y, "rstd": rstd}, {"y": y_ref, "rstd": rstd_ref}, tols)
         rstds[cfg] = rstd
@@ -621,7 +621,7 @@ def test_graph_timed_kinds(monkeypatch):
     for cfg in (tile, narrow, packed):
         dx, dw = nan_like(x.shape, x.dtype, dev), nan_like(w.shape, w.dtype, dev)
         plan = C.backward_plan_from(cfg, cfg, m, n, info.num_sms)
-        run_backward(x, dy, w, rstd, dx, dw, 0.0, casting, empty_f32, info, stream, _int64(x), as_words, plan)
+        run_backward(x, dy, w, rstd, dx, dw, 0.0, casting, empty_f32, info, stream, int64_workspace(x), as_words, plan)
         torch.cuda.synchronize()
         check_all({"dx": dx, "dw": dw}, {"dx": dx_ref, "dw": dw_ref}, tols)
 

@@ -27,7 +27,7 @@ from cutile_rms.rmsnorm.launch import (
     run_backward,
     run_forward,
 )
-from cutile_rms.rmsnorm.torch_impl import _int64, as_words, launch_target
+from cutile_rms.rmsnorm.torch_impl import as_words, int64_workspace, launch_target
 from tests.reference import Tol, check_all, dw_term_scale, make_inputs, nan_like, rms_norm_ref_grads, tolerances
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -283,8 +283,8 @@ def check_run_forward(x, w, info, stream):
     yr, rstd_r, _, _ = rms_norm_ref_grads(x, x, w, EPS, 0.0)
     y, y2, rstd = nan_like((m, n), dtype, dev), nan_like((m, n), dtype, dev), nan_like((m,), torch.float32, dev)
     code = casting_code("llama", dtype == torch.float32)
-    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x))
-    run_forward(x, w, y2, None, EPS, 0.0, code, None, info, stream, int64=_int64(x))
+    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=int64_workspace(x))
+    run_forward(x, w, y2, None, EPS, 0.0, code, None, info, stream, int64=int64_workspace(x))
     _sync(dev)
     tols = tolerances(dtype, dtype, "llama")
     check_all({"y": y, "rstd": rstd}, {"y": yr, "rstd": rstd_r}, tols)
@@ -311,12 +311,12 @@ def test_run_given_a_plan(dev, gen):
     code = casting_code("llama", False)
     with pytest.raises(ValueError, match="int64"):
         run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, plan=fplan)
-    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=_int64(x), plan=fplan)
+    run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, stream, int64=int64_workspace(x), plan=fplan)
 
     def empty_f32(shape):
         return torch.full(shape, float("nan"), dtype=torch.float32, device=x.device)
 
-    run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, int64=_int64(x), plan=bplan)
+    run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, stream, int64=int64_workspace(x), plan=bplan)
     _sync(dev)
     tols = tolerances(x.dtype, w.dtype, "llama")
     check_all({"y": y, "rstd": rstd, "dx": dx, "dw": dw}, {"y": yr, "rstd": rstd_r, "dx": dxr, "dw": dwr}, tols)

@@ -77,16 +77,16 @@ def forward_call(torch, c, x, w, y, rstd, persistent):
     p = _plan(c, persistent)
     if "core" in c:  # the core kernels (llama casting, as the torch API gives them)
         from cutile_rms.rmsnorm.launch import run_forward
-        from cutile_rms.rmsnorm.torch_impl import _int64
+        from cutile_rms.rmsnorm.torch_impl import int64_workspace
 
-        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, _stream(torch), int64=_int64(x),
-                                      plan=p)  # fmt: skip
+        return p, lambda: run_forward(x, w, y, rstd, EPS, 0.0, code, None, info, _stream(torch),
+                                      int64=int64_workspace(x), plan=p)  # fmt: skip
     code = c["casting"] if "casting" in c else forward_casting(code, x, w, y, 0.0)
     x3, y3, r2 = x.view(m, 1, n), y.view(m, 1, n), rstd.view(m, 1)
-    from cutile_rms.rmsnorm.torch_impl import _int64
+    from cutile_rms.rmsnorm.torch_impl import int64_workspace
 
     return p, lambda: RL.run_forward(p, x3, w, y3, r2, EPS, 0.0, code, info, _stream(torch),
-                                     empty=lambda shape: w.new_empty(shape), int64=_int64(x))  # fmt: skip
+                                     empty=lambda shape: w.new_empty(shape), int64=int64_workspace(x))  # fmt: skip
 
 
 def core_forward_call(torch, x, w, y, rstd):
@@ -120,7 +120,8 @@ def backward_call(torch, c, x, dy, w, rstd, dx, dw):
         from cutile_rms.rmsnorm.launch import run_backward
 
         return p, lambda: run_backward(x, dy, w, rstd, dx, dw, 0.0, code, empty_f32, info, _stream(torch),
-                                       int64=torch_impl._int64(x), as_words=torch_impl.as_words, plan=p)  # fmt: skip
+                                       int64=torch_impl.int64_workspace(x), as_words=torch_impl.as_words,
+                                       plan=p)  # fmt: skip
     args = (p, x.view(m, 1, n), dy.view(m, 1, n), w, rstd.view(m, 1), dx.view(m, 1, n), dw, 0.0, code, empty_f32)
     return p, lambda: RL.run_backward(*args, info, _stream(torch), empty=lambda shape: w.new_empty(shape))
 

@@ -26,11 +26,13 @@ from cutile_rms.rows.plan import backward_by_default, few_rows, same_bits, short
 __all__ = [
     "SUPPORTED_DTYPES",
     "as_rows",
+    "as_words",
     "backward",
     "check_device",
     "check_tensor",
     "check_x_weight",
     "forward",
+    "int64_workspace",
     "launch_on_device",
     "launch_target",
     "rows_view",
@@ -148,7 +150,7 @@ def as_rows(t: torch.Tensor, m: int, n: int) -> torch.Tensor:
     return t if t.dim() == 2 else t.view(m, n)
 
 
-def _int64(x):
+def int64_workspace(x):
     """The launchers' int64 workspace allocator on x's device (launch.py: the split kernels'
     zeroed slots); each call returns new memory, so no two launches
     share a workspace (the caching allocator reuses it only in stream order)."""
@@ -246,7 +248,9 @@ def _rows_forward(x, weight, eps, offset, casting, store_rstd):
         casting = forward_casting(casting, x, weight, y, offset)
         args = (p, rows3(x, a, b), unit_stride(weight), y.view(a, b, n), None if rstd is None else rstd.view(a, b), eps,
                 offset, casting)  # fmt: skip
-        launch_on_device(x, RL.run_forward, *args, empty=lambda shape: weight.new_empty(shape), int64=_int64(x))
+        launch_on_device(
+            x, RL.run_forward, *args, empty=lambda shape: weight.new_empty(shape), int64=int64_workspace(x)
+        )
     return y, rstd
 
 
@@ -297,7 +301,7 @@ def forward(x, weight, eps, offset, casting, mode, store_rstd):
     if m:
         r = None if rstd is None else (rstd if rstd.dim() == 1 else rstd.view(m))
         launch_on_device(x, run_forward, x2, unit_stride(weight), as_rows(y, m, n), r, eps, offset, casting, mode,
-                         int64=_int64(x))  # fmt: skip
+                         int64=int64_workspace(x))  # fmt: skip
     return y, rstd
 
 
@@ -337,6 +341,6 @@ def backward(x, dy, weight, rstd, offset, casting, dx_out=None, mode=None):
     args = (x2, rows_view(dy, n), unit_stride(weight), r, as_rows(dx, m, n), dw, offset, casting)
     # dx written over dy (in place): no split kernels, whose blocks may read a partner's dy
     # segment after that partner has written its dx there (a row tile put aside, kernels/split.py).
-    int64 = None if dx_out is not None else _int64(x)
+    int64 = None if dx_out is not None else int64_workspace(x)
     launch_on_device(x, run_backward, *args, empty_f32, int64=int64, as_words=as_words)
     return dx, dw
