@@ -1664,7 +1664,8 @@ def test_wide_lanes_tile_rows_same_bits(dev, n, dtype, casting, offset, gen):
 @pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
 def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     """rows_fwd_lanes with PREFETCH (each iteration gathers the block's next tile first) gives
-    the bits of the same tile without it and of a block a tile, on a grid of fewer blocks than
+    the bits of the same tile without it and of a block a tile (without LOOP: y scattered at the
+    gather's indices), on a grid of fewer blocks than
     tiles (one SM: 8 blocks for 38 tiles, the last tile overhanging A), on the lanes the rules
     give static layouts (170: 8 elements a lane, vector_lanes); and the rules' own plan on one
     SM (170 static: VECTOR_2MOD4_FWD_PREFETCH_*, 16 rows at 4 blocks with the prefetch) the bits
@@ -1693,7 +1694,7 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
         )
         for prefetch, persistent in ((True, None), (False, None), (False, False))
     ]
-    assert [(p.prefetch, p.grid) for p in plans] == [(True, 8), (False, 8), (False, 38)], plans
+    assert [(p.prefetch, p.grid, p.loop) for p in plans] == [(True, 8, True), (False, 8, True), (False, 38, False)]
     rules = plan("forward", m, 1, n, es, 1, static=static)
     assert rules.kind == "lanes", rules
     groups = [plans]

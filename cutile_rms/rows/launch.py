@@ -62,7 +62,7 @@ FLAT_PARAMS = {
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
     "forward_lanes": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING",
-                      "HAS_WEIGHT", "STORE_RSTD", "PREFETCH"),
+                      "HAS_WEIGHT", "STORE_RSTD", "PREFETCH", "LOOP"),
     "backward_lanes": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "L", "K",
                        "HAS_WEIGHT", "ROUND_XHAT", "PREFETCH"),
 }  # fmt: skip
@@ -125,7 +125,8 @@ def constants(p: RowsPlan, casting: int, has_weight: bool, store_rstd: bool = Tr
     elif p.kind in ("flat", "split"):
         shape = dict(TILE_N=p.widths[0], V=p.lanes, PREFETCH=p.prefetch)
     elif p.kind == "lanes":
-        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch)
+        shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, L=p.widths[0] // p.lanes, K=p.lanes, PREFETCH=p.prefetch,
+                     LOOP=p.loop)  # fmt: skip
     else:
         w0, w1, w2 = p.widths
         shape = dict(TILE_A=p.tile_a, TILE_B=p.tile_b, W0=w0, W1=w1, W2=w2, CHECK_A=p.check_a, CHECK_N=p.check_n,

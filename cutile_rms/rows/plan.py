@@ -1812,7 +1812,8 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     forward where prefetch is True, or by the rule for 2 mod 4 rows' vector lanes
     (VECTOR_2MOD4_FWD_PREFETCH_*: where no keyword is given), on a grid of fewer blocks than tiles; static:
     the kernels compiled for the row layout (``odd_static``, ``vector_lanes``); persistent False:
-    a block a tile (a probe keyword of the forward), else the persistent grid."""
+    a block a tile without the loop, y scattered (a probe keyword of the forward: rows_fwd_lanes'
+    LOOP), else the persistent grid."""
     w = _next_pow2(n)
     auto = tile_rows is None and warps is None and occupancy is None and prefetch is None
     rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
@@ -1828,7 +1829,8 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     else:
         prefetch = bool(prefetch) and grid < tiles
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=prefetch)  # fmt: skip
+                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=prefetch,
+                    loop=not (persistent is False and op == "forward"))  # fmt: skip
 
 
 def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int, static: bool = False) -> int:

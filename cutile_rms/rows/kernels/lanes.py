@@ -97,17 +97,29 @@ def _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_B:
 @row_kernel
 def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
                    L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL,
-                   PREFETCH: C_BOOL):  # fmt: skip
+                   PREFETCH: C_BOOL, LOOP: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped. PREFETCH: each
     iteration gathers the block's next tile (clamped to the last) before it works on this one,
-    as rows_bwd_lanes does (a probe keyword of the forward: plan.lanes_plan)."""
+    as rows_bwd_lanes does (plan.lanes_plan). Without LOOP (a block a tile, a probe keyword)
+    the block's one tile leaves through ct.scatter at the gather's indices: no loop orders it
+    after earlier stores, and tileiras then moves it without shared memory or barriers (CPU
+    SASS, bench/NOTES.md, session 54)."""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
     wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT, CASTING)
     inv_n = 1.0 / x.shape[2]
-    if PREFETCH:
+    if not LOOP:
+        ia, ib = _tile(ct.bid(0), tiles_b)
+        idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
+        xt = ct.gather(x, idx, padding_value=0)
+        f = ct.astype(xt, ct.float32)
+        rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
+        ct.scatter(y, idx, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
+        if STORE_RSTD:
+            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+    elif PREFETCH:
         xt = _lanes_x(x, ct.minimum(ct.bid(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
             nxt = _lanes_x(x, ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
