@@ -542,6 +542,7 @@ def test_prefetch_lanes_backward(dev, shape, dtype, gen):
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
+        sms = 1 if op == "forward" else sms  # (one SM: fewer blocks than tiles, so the forward prefetches too)
         p = RL.plan(op, a, b, n, es, sms, lanes=True, prefetch=True)
         assert p.kind == "lanes" and p.prefetch == (op == "backward" or p.grid < -(-a // p.tile_a) * (b // p.tile_b))
         return p
@@ -1754,7 +1755,8 @@ def test_vector_2mod4_forward_prefetch_rule():
             q = plan("forward", m, 1, n, 2, SMS)
             assert (q.tile_a, q.occupancy, q.prefetch) == (p.tile_a, 4, q.grid < -(-m // p.tile_a)), (n, m, q)
         assert not plan("forward", big, 1, n, 2, SMS, static=False).prefetch  # runtime layouts: L = 16
-        assert plan("forward", big, 1, n, 2, SMS, occupancy=8).occupancy == 8
+        q = plan("forward", big, 1, n, 2, SMS, lanes=True, occupancy=8)
+        assert (q.kind, q.occupancy, q.prefetch) == ("lanes", 8, False), q
         assert not plan("forward", big, 1, n, 2, SMS, lanes=True, prefetch=False).prefetch
         assert plan("backward", big, 1, n, 2, SMS).occupancy == LANES_OCCUPANCY["backward"]
     for n, es in ((66, 2), (74, 2), (78, 2), (97, 2), (411, 2), (116, 2), (300, 2), (138, 4), (74, 4)):

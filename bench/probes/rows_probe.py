@@ -12,11 +12,12 @@ A candidate that names "core" (the fields of a cutile_rms.rmsnorm.config.KernelC
 a chunked backward's row dot) runs that config on the core kernels (rows_candidates.core_plan),
 labelled "core-" by kernel, tile, blocks an SM and warps.
 A candidate may name the plan keywords of cutile_rms.rows.plan.plan (tile_rows, warps,
-occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk, flat); one that names its loads, the lanes
-kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
+occupancy, max_pieces, min_piece, loads, lanes, static, long, chunk, flat, prefetch); one that names
+its loads, the lanes kernels or runtime layouts ("static": false) is labelled by them. "casting" (a forward's
 kernels.CAST_* code; absent: what the torch API picks, launch.forward_casting) labels it too.
 A forward candidate runs on one block per row tile and on a persistent grid, or with
-"persistent": null on the rules' grid.
+"persistent": null on the rules' grid ("persistent" counts as a keyword: a lanes candidate names
+"lanes": true; on one block a tile the lanes forward runs without its loop, y scattered).
 
 It first prints the array constraints the JIT derives for a real tensor beside the CPU rule of
 bench/probes/sass.py (what the SASS reports of bench/NOTES.md, session 11, assume), then

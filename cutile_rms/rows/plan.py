@@ -216,8 +216,10 @@ per-row layout, the same at one, two and four rows a tile on tileiras 13.4, sm_9
 test_rows_batch_invariance checks on the GPU at 2048 and 4096; the flat rows kernels,
 whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
 kernels._exact_sum, and the split flat forward each segment's squares: kernels.split._exact_sum3);
-A sets the grid and
-whether a tile can overhang A, neither of which changes a row's arithmetic (gathered and plain
+A sets the grid,
+whether a tile can overhang A and whether a persistent forward grid reads its next tile first
+(the prefetch: the same arithmetic, the same bits on the GPU, session 54), none of which changes a
+row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
 (``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
@@ -1144,16 +1146,19 @@ VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARP
 # VECTOR_2MOD4_FWD_PREFETCH_BLOCKS blocks an SM (up to 128 registers) with the prefetch: each
 # iteration gathers the block's next tile before it sums and stores this one (kernels'
 # rows_fwd_lanes PREFETCH), the same bytes an SM as 8 blocks of one tile, with the next tile's
-# loads in flight while y goes out through shared memory (3 barriers an iteration: SASS, session
+# loads in flight while y goes out through shared memory (3 barriers in the loop: SASS, session
 # 54). H200, graph replay, about 64 Mi elements, us, 8 blocks -> 4 with the prefetch (ab/s54a,
 # s54b): bf16 90 84.8 -> 78.7, 110 78.1 -> 73.8, 138 82.5 -> 80.6, 150 79.9 -> 79.5, 170 83.7 ->
 # 78.3, 198 79.8 -> 75.0, 234 75.6 -> 72.8, 282 86.0 -> 82.0, 354 82.4 -> 77.1, 438 76.9 -> 72.6, 494
-# 74.1 -> 71.9, 510 73.5 -> 72.1; fp16 186 79.9 -> 75.2, 438 76.6 -> 72.3 (1.005-1.077x; CPU SASS:
-# no stack, 72-110 registers). Half the rows at 8 blocks with the prefetch gained as much at 8- and
-# 16-row tiles (1.05-1.09x) but 0.99-1.03x at 32 rows. Not the 64-row tiles of 66-80 (bf16 74 80.0
-# -> 83.9; half the rows 84.7), nor the other lanes tiles: odd rows lost 5-13% at 4 blocks and 1-4%
-# with the prefetch at 8 (97, 229, 339, 411, 499), 4 mod 8 rows 16-19% at 4 (116, 300), fp32 3-22%
-# at 4 but 229 (90, 97, 138, 186: 138 gained 3% with the prefetch at 8, the rest lost 1-4%).
+# 74.1 -> 71.9, 510 73.5 -> 72.1; fp16 186 79.9 -> 75.2, 438 76.6 -> 72.3 (1.005-1.077x; CPU SASS
+# of 138 / 170 / 494 at 4 blocks: no stack, 72-106 registers); held-out (ab/s54c) 1.017-1.078x at 16
+# lengths. Half the rows at 8 blocks with the prefetch ran 1-3% faster still at most 8- and 16-row
+# tiles (1.05-1.09x) but 0.99-1.03x at 32 rows; the rule keeps the rules' rows, and with them a
+# row's rstd bits (the GPU sums a 16-row tile of 170 in another order than a 4-row one: session
+# 54). Not the 64-row tiles of 66-78 (bf16 74 80.0 -> 83.9; half the rows 84.7), nor the other
+# lanes tiles: odd rows 0.92-1.02x at 4 blocks and 0.95-0.99x with the prefetch at 8 (97, 229, 339,
+# 411, 499), 4 mod 8 rows 0.81-0.84x at 4 (116, 300), fp32 0.78-0.95x at 4 but 229 1.04x (74, 90,
+# 97, 138, 186: 138 gained 3% with the prefetch at 8, the rest lost 1-4%).
 VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS = 32
 VECTOR_2MOD4_FWD_PREFETCH_BLOCKS = 4
 # Not taken (session 46): the forward of 16-bit 2 mod 4 rows padded to 1024 (8 x 1024 plain-load row
@@ -1232,12 +1237,13 @@ class RowsPlan:
     kernels take the row length and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
-    the rule: PREFETCH_MAX_BLOCKS; rows_fwd's on persistent forward grids, probes only; the flat
-    and the static long forwards' second pass, the next chunk first: FLAT_PREFETCH_*,
-    LONG_PREFETCH_*). loop
-    (forward tiles): the blocks stride over the tiles; False (``one_tile``, ``many_tiles``,
-    ``lone_tiles``, ``lone_tma``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t without a
-    loop (LOOP)."""
+    the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd_lanes' on
+    persistent grids of fewer blocks than tiles, VECTOR_2MOD4_FWD_PREFETCH_*; rows_fwd's on
+    persistent forward grids, probes only; the flat and the static long forwards' second pass, the
+    next chunk first: FLAT_PREFETCH_*, LONG_PREFETCH_*). loop (forward tiles): the blocks stride
+    over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``, on a grid of
+    one block a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP), and so does
+    rows_fwd_lanes on ``lanes_plan(persistent=False)`` (a probe keyword), its y scattered."""
 
     op: str
     tile_a: int
@@ -1815,7 +1821,7 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     a block a tile without the loop, y scattered (a probe keyword of the forward: rows_fwd_lanes'
     LOOP), else the persistent grid."""
     w = _next_pow2(n)
-    auto = tile_rows is None and warps is None and occupancy is None and prefetch is None
+    auto = tile_rows is None and warps is None and occupancy is None and prefetch is None and persistent is None
     rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
     if auto and op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS and rows <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS:
         occupancy, prefetch = VECTOR_2MOD4_FWD_PREFETCH_BLOCKS, True  # (above VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS)
@@ -1881,8 +1887,9 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     never: callers whose kernels have only the row-tile layout; prefetch: whether the backward's
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
-    rules never set it, and the caller picks the hint it compiles at, session 31; a flat forward's:
-    ``flat_plan``, which also picks its chunk by it; a long forward's: ``long_plan``); flat: whether the
+    rules never set it for row tiles, and the caller picks the hint it compiles at, session 31; a
+    lanes forward's: ``lanes_plan``, by the rule VECTOR_2MOD4_FWD_PREFETCH_* or where asked; a flat
+    forward's: ``flat_plan``, which also picks its chunk by it; a long forward's: ``long_plan``); flat: whether the
     caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always
     (probes), False never (the default: callers that cannot give a flat array and the shifted
