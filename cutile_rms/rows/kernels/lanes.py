@@ -83,13 +83,20 @@ def _lanes_x(x, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
 
 
 @tile_function
-def _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_B: C_INT, CASTING: C_INT,
-             HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
-    """y (and rstd where STORE_RSTD) of lanes tile t from its gathered x, stored."""
-    ia, ib = _tile(t, tiles_b)
+def _lanes_y(y, xt, wp, eps, inv_n, CASTING: C_INT, HAS_WEIGHT: C_BOOL):
+    """(y in y's dtype, rstd as (TILE_A, TILE_B, 1, 1)) of a gathered lanes tile xt."""
     f = ct.astype(xt, ct.float32)
     rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
-    _store_lanes(y, ia, ib, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
+    return ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype), rstd
+
+
+@tile_function
+def _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_B: C_INT, CASTING: C_INT,
+               HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
+    """y (and rstd where STORE_RSTD) of lanes tile t from its gathered x, stored."""
+    ia, ib = _tile(t, tiles_b)
+    yt, rstd = _lanes_y(y, xt, wp, eps, inv_n, CASTING, HAS_WEIGHT)
+    _store_lanes(y, ia, ib, yt)
     if STORE_RSTD:
         ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
@@ -113,22 +120,20 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
     if not LOOP:
         ia, ib = _tile(ct.bid(0), tiles_b)
         idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
-        xt = ct.gather(x, idx, padding_value=0)
-        f = ct.astype(xt, ct.float32)
-        rstd = ct.rsqrt(_lane_sum(f * f) * inv_n + eps)
-        ct.scatter(y, idx, ct.astype(_normalize(xt, rstd, wp, CASTING, HAS_WEIGHT), y.dtype))
+        yt, rstd = _lanes_y(y, ct.gather(x, idx, padding_value=0), wp, eps, inv_n, CASTING, HAS_WEIGHT)
+        ct.scatter(y, idx, yt)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
     elif PREFETCH:
         xt = _lanes_x(x, ct.minimum(ct.bid(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
             nxt = _lanes_x(x, ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
-            _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
+            _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
             xt = nxt
     else:
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
             xt = _lanes_x(x, t, tiles_b, c, TILE_A, TILE_B)
-            _lanes_y(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
+            _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
 
 
 @tile_function
