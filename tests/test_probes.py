@@ -115,6 +115,25 @@ def test_tma_branch_reproducer_compiles(sass):
 
 
 @pytest.mark.compile
+def test_store_layout_reproducer(sass):
+    """bench/probes/store_layout.py on tileiras 13.4, bf16 rows of 170: the lanes gather stored
+    reshaped goes through shared memory with a barrier, at one tile a block and on the loop; the
+    same gather scattered at its indices holds neither at one tile a block (rows_fwd_lanes
+    without LOOP) but a barrier before each store on the loop (session 17); the plain row tile
+    neither. A compiler update that fails this is the signal to re-time the lanes forward's
+    layout and its LOOP (bench/NOTES.md, session 54)."""
+    from bench.probes.store_layout import sass_report
+
+    r = sass_report(170)
+    shared = {k: sum(v for op, v in ops.items() if op.startswith(("STS", "LDS"))) for k, ops in r.items()}
+    for tag in ("once", "loop"):
+        assert r[f"gather_store-{tag}"]["BAR.SYNC"] >= 1 and shared[f"gather_store-{tag}"] > 0, r
+        assert r[f"load_store-{tag}"]["BAR.SYNC"] == 0 and shared[f"load_store-{tag}"] == 0, r
+    assert r["gather_scatter-once"]["BAR.SYNC"] == 0 and shared["gather_scatter-once"] == 0, r
+    assert r["gather_scatter-loop"]["BAR.SYNC"] >= r["gather_scatter-loop"]["STG"] > 0, r
+
+
+@pytest.mark.compile
 def test_sass_loops_reports_a_backward_candidate(sass, tmp_path, capsys):
     """--loops reports a backward row-tile candidate: the rules' 4 x (512 + 64) tile of bf16 560
     compiles without stack, its 512 piece in 128-bit loads (bench/NOTES.md, session 53, s53d)."""
