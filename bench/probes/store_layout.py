@@ -6,8 +6,9 @@ tile through shared memory with a block barrier before its stores, where torch.c
 warp-a-row kernel needs none (bench/NOTES.md, session 54). Here the same layouts without any
 arithmetic, on bf16 rows of N (2 mod 4 elements: 4-byte aligned rows):
 
-- ``gather_store``: the lanes gather, then ct.store of the reshaped tile (the lanes forward's y);
-- ``gather_scatter``: the same gather, then ct.scatter at the gather's indices;
+- ``gather_store`` (``gather_copy``, SCATTER false): the lanes gather, then ct.store of the reshaped
+  tile (the lanes forward's y);
+- ``gather_scatter`` (SCATTER true): the same gather, then ct.scatter at the gather's indices;
 - ``load_store``: an (R, W) ct.load and ct.store of the padded row tile (the row tiles' layout);
 
 each with one tile a block (LOOP false) or on a grid-stride loop over a persistent grid (LOOP true:
@@ -58,25 +59,15 @@ def _lanes_copy(x, y, t, c, R: C_INT, L: C_INT, K: C_INT, SCATTER: C_BOOL):
 
 
 @ct.kernel
-def gather_store(x, y, R: C_INT, L: C_INT, K: C_INT, LOOP: C_BOOL):
-    """y = x through the lanes layout, stored as the lanes forward stores y."""
+def gather_copy(x, y, R: C_INT, L: C_INT, K: C_INT, SCATTER: C_BOOL, LOOP: C_BOOL):
+    """y = x through the lanes layout: stored reshaped as the lanes forward stores y, or scattered
+    at the gather's indices."""
     c = _cols(L, K)
     if LOOP:
         for t in range(ct.bid(0), ct.cdiv(x.shape[0], R), ct.num_blocks(0)):
-            _lanes_copy(x, y, t, c, R, L, K, False)
+            _lanes_copy(x, y, t, c, R, L, K, SCATTER)
     else:
-        _lanes_copy(x, y, ct.bid(0), c, R, L, K, False)
-
-
-@ct.kernel
-def gather_scatter(x, y, R: C_INT, L: C_INT, K: C_INT, LOOP: C_BOOL):
-    """y = x through the lanes layout, scattered at the gather's indices."""
-    c = _cols(L, K)
-    if LOOP:
-        for t in range(ct.bid(0), ct.cdiv(x.shape[0], R), ct.num_blocks(0)):
-            _lanes_copy(x, y, t, c, R, L, K, True)
-    else:
-        _lanes_copy(x, y, ct.bid(0), c, R, L, K, True)
+        _lanes_copy(x, y, ct.bid(0), c, R, L, K, SCATTER)
 
 
 @ct.function
@@ -101,8 +92,8 @@ def cases(n: int):
     out = []
     for loop in (False, True):
         tag = "loop" if loop else "once"
-        out += [(f"gather_store-{tag}", gather_store, (ROWS, L, w // L, loop)),
-                (f"gather_scatter-{tag}", gather_scatter, (ROWS, L, w // L, loop)),
+        out += [(f"gather_store-{tag}", gather_copy, (ROWS, L, w // L, False, loop)),
+                (f"gather_scatter-{tag}", gather_copy, (ROWS, L, w // L, True, loop)),
                 (f"load_store-{tag}", load_store, (ROWS, w, loop))]  # fmt: skip
     return out
 
