@@ -26,6 +26,7 @@ import collections
 import dataclasses
 import re
 import sys
+from typing import Annotated
 
 import cuda.tile as ct
 
@@ -35,6 +36,10 @@ LENGTHS = (170, 338)  # bf16 rows of 2 mod 4 elements the lanes forward runs (s5
 ROWS, L = 16, 8  # the rule's tile of 170 (plan.lanes_tile_rows, VECTOR_2MOD4_FWD_ELEMS lanes)
 BLOCKS_PER_SM = 8
 ELEMS = 64 << 20  # about 64 Mi elements a call, beyond L2
+# (m, n) rows whose n and strides are compile-time constants, as the lanes kernels take them
+# (cutile_rms.rows.kernels.common.RowArray): without it a launch compiles runtime strides whose
+# alignment the JIT cannot prove, and the GPU mode would time other code than --sass reports.
+Rows2 = Annotated[ct.Array, ct.ArrayAnnotation(static_shape_dims=(-1,), static_stride_dims=(0, 1))]
 
 
 @ct.function
@@ -59,7 +64,7 @@ def _lanes_copy(x, y, t, c, R: C_INT, L: C_INT, K: C_INT, SCATTER: C_BOOL):
 
 
 @ct.kernel
-def gather_copy(x, y, R: C_INT, L: C_INT, K: C_INT, SCATTER: C_BOOL, LOOP: C_BOOL):
+def gather_copy(x: Rows2, y: Rows2, R: C_INT, L: C_INT, K: C_INT, SCATTER: C_BOOL, LOOP: C_BOOL):
     """y = x through the lanes layout: stored reshaped as the lanes forward stores y, or scattered
     at the gather's indices."""
     c = _cols(L, K)
@@ -77,7 +82,7 @@ def _tile_copy(x, y, t, R: C_INT, W: C_INT):
 
 
 @ct.kernel
-def load_store(x, y, R: C_INT, W: C_INT, LOOP: C_BOOL):
+def load_store(x: Rows2, y: Rows2, R: C_INT, W: C_INT, LOOP: C_BOOL):
     """y = x as (R, W) row tiles, loaded and stored."""
     if LOOP:
         for t in range(ct.bid(0), ct.cdiv(x.shape[0], R), ct.num_blocks(0)):
