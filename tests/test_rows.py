@@ -43,9 +43,6 @@ from cutile_rms.rows.plan import (
     SHORT_BWD_MIN_PIECE,
     SPLIT_BLOCKS,
     SPLIT_WARPS,
-    VECTOR_2MOD4_FWD_ELEMS,
-    VECTOR_2MOD4_FWD_PREFETCH_BLOCKS,
-    VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS,
     aligned_backward_tile,
     backward_by_default,
     few_rows,
@@ -1529,12 +1526,6 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
                   ("backward", "float16", 204), ("backward", "bfloat16", 300), ("backward", "bfloat16", 138),
                   ("backward", "float16", 250), ("forward", "float32", 13406), ("forward", "float32", 14001),
                   ("forward", "float32", 18200), ("forward", "bfloat16", 70), ("forward", "float16", 186)]  # fmt: skip
-# The stack the forward's 2 mod 4 tiles of more rows (plan.VECTOR_2MOD4_FWD_LIVE_ELEMS) held where
-# they were timed, by N: bf16 70 at 64 rows, 48 bytes with the native multiply, 56 with llama's fp32
-# one, which s45b timed 8% faster than on 16 rows (99.9 against 109.2 us); 66 the same (102.1 against
-# 115.0); 138 at 32 rows 8 native, 48 under the fp32 multiply (timed 97.9 against 97.7 on 8 rows).
-# The other cases: none.
-STACK_TIMED_BYTES = {66: 56, 70: 56, 138: 48}
 
 
 @pytest.mark.parametrize("op,dtype,n", REGISTER_CASES)
@@ -1542,23 +1533,20 @@ STACK_TIMED_BYTES = {66: 56, 70: 56, 138: 48}
 def test_static_plans_hold_their_registers(sass, op, dtype, n, casting):
     """The vector lanes tiles of 16-bit rows (plan.vector_lanes, sessions 31 and 32) and the static
     long forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
-    assume it; the forward's larger 2 mod 4 tiles within the stack they were timed with), with
+    assume it; the forward's 1024-element tiles that spilled collapsed: plan.lanes_one_tile), with
     the torch API's casting (native llama for 16-bit rows) and with llama's fp32 multiply (an fp32
     weight or an offset)."""
     dt = getattr(sass.ct, dtype)
     p = plan(op, 99999, 1, n, sass.ES[dt], SMS)
     assert p.static, p
-    stack = 0
     if p.kind == "long":
         compiled = [(k, params, hints) for _, k, params, hints in sass.long_params(p, dt, 99999, n, casting)]
     else:
         assert p.kind == "lanes" and p.lanes * vector_lanes(n, 2, op) == p.widths[0], p
         compiled = [sass.lanes_params(p, dt, 99999, n, casting)]
-        if op == "forward":
-            stack = STACK_TIMED_BYTES.get(n, 0)
     for kernel, params, hints in compiled:
         r = sass.compile_report(kernel, params, **hints)
-        assert "REG" in r and r.get("STACK", 0) <= stack, (p, r)
+        assert "REG" in r and r.get("STACK", 0) == 0, (p, r)
 
 
 # Short unaligned rows: the lanes kernels (plan kind "lanes"), forward and backward.
@@ -1666,14 +1654,14 @@ def test_wide_lanes_tile_rows_same_bits(dev, n, dtype, casting, offset, gen):
 def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     """rows_fwd_lanes with PREFETCH (each iteration gathers the block's next tile first) gives
     the bits of the same tile without it and of a block a tile (without LOOP: y scattered at the
-    gather's indices), on a grid of fewer blocks than
-    tiles (one SM: 8 blocks for 38 tiles, the last tile overhanging A), on the lanes the rules
-    give static layouts (170: 8 elements a lane, vector_lanes); and the rules' own plan on one
-    SM (170 static: VECTOR_2MOD4_FWD_PREFETCH_*, 16 rows at 4 blocks with the prefetch) the bits
-    of the same tile at 8 blocks without it (the old rule) and of the rules' plan on a grid of
-    its tiles (no prefetch: what few rows run), so a row's bits do not depend on M. (The tile's
-    rows may change rstd's bits on the GPU: 16 and 4 rows of 170 did, session 54; they are a
-    function of N, lanes_tile_rows.) Fresh inputs, NaN-poisoned outputs, y and rstd against float64."""
+    gather's indices), on a grid of fewer blocks than tiles (one SM: 8 blocks for 38 tiles, the
+    last tile overhanging A), on the lanes the rules give static layouts (170: 8 elements a
+    lane, vector_lanes); and the rules' own plan on one SM (170 static: plan.lanes_one_tile, 8
+    rows a block a tile) the bits of the same tile on the loop's persistent grid, with and
+    without the prefetch, and of the rules' plan for a grid of 3 SMs, so a row's bits do not
+    depend on M. (The tile's rows may change rstd's bits on the GPU: 16 and 4 rows of 170 did,
+    session 54; they are a function of N, lanes_tile_rows.) Fresh inputs, NaN-poisoned outputs,
+    y and rstd against float64."""
     m = 150
     x, _, w = make_inputs((m, n), dtype, dev, has_weight=True, offset=0.0, generator=gen)
     code = forward_casting(casting_code("llama", False), x, w, x, 0.0)
@@ -1693,18 +1681,20 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
             persistent=persistent,
             lane_elems=lane_elems,
         )
-        for prefetch, persistent in ((True, None), (False, None), (False, False))
+        for prefetch, persistent in ((True, True), (False, True), (False, False))
     ]
     assert [(p.prefetch, p.grid, p.loop) for p in plans] == [(True, 8, True), (False, 8, True), (False, 38, False)]
     rules = plan("forward", m, 1, n, es, 1, static=static)
     assert rules.kind == "lanes", rules
     groups = [plans]
-    if static and n == 170:  # the rule's tile, as the old rule ran it (8 blocks), and on a grid of its tiles
-        assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch) == (16, 4, 4, True), rules
-        old = lanes_plan("forward", m, 1, n, es, 1, occupancy=8, prefetch=False, static=True, lane_elems=lane_elems)
-        few = plan("forward", m, 1, n, es, 3, static=static)  # 12 blocks for 10 tiles: a block a tile
-        assert (old.tile_a, old.grid, old.prefetch, few.tile_a, few.grid, few.prefetch) == (16, 8, False, 16, 10, False)
-        groups.append([rules, old, few])
+    if static and n == 170:  # the rule's tile a block a tile, on the loop's grid, and for more SMs
+        assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch, rules.loop) == (8, 8, 19, False, False)
+        looped = [lanes_plan("forward", m, 1, n, es, 1, static=True, lane_elems=lane_elems, persistent=True,
+                             prefetch=prefetch) for prefetch in (True, False)]  # fmt: skip
+        assert [(q.tile_a, q.grid, q.prefetch, q.loop) for q in looped] == [(8, 8, True, True), (8, 8, False, True)]
+        few = plan("forward", m, 1, n, es, 3, static=static)
+        assert (few.tile_a, few.grid, few.loop) == (8, 19, False), few
+        groups.append([rules, *looped, few])
     for group in groups:
         _same_forward_bits(x, w, code, group)
 
@@ -1735,33 +1725,29 @@ def _same_forward_bits(x, w, code, plans):
         assert torch.equal(y.view(bits), outs[0][0].view(bits)), (plans[0], p)
 
 
-def test_vector_2mod4_forward_prefetch_rule():
-    """VECTOR_2MOD4_FWD_PREFETCH_*: the forward of 16-bit 2 mod 4 rows on vector lanes tiles of at
-    most 32 rows (82-510, static layouts) runs at 4 blocks an SM with the prefetch where the grid
-    holds fewer blocks than tiles, the same tile at every M; the 64-row tiles of 66-78, odd, 4 mod 8
-    and fp32 rows and runtime layouts keep 8 blocks without it; a caller's keyword stands."""
+def test_vector_lanes_forward_one_tile_rule():
+    """plan.lanes_one_tile: the forward of 16-bit rows on their static vector lanes (2 mod 4 and 4
+    mod 8 rows padded to 128-512) runs a block a tile of 2048 padded elements without the loop
+    and without the prefetch, the same tile at every M; runtime layouts, odd and fp32 rows keep
+    the loop's persistent grid; persistent=True asks for the loop."""
     big = 1 << 22
-    for n in (82, 90, 138, 170, 250, 354, 494, 510):
+    for n in (66, 68, 82, 116, 138, 170, 250, 300, 354, 494, 500, 510):
+        w = 1 << (n - 1).bit_length()
         p = plan("forward", big, 1, n, 2, SMS)
-        assert (p.kind, p.lanes * VECTOR_2MOD4_FWD_ELEMS, p.occupancy, p.prefetch, p.grid) == (
-            "lanes",
-            1 << (n - 1).bit_length(),
-            VECTOR_2MOD4_FWD_PREFETCH_BLOCKS,
-            True,
-            SMS * 4,
-        ), (n, p)
-        assert p.tile_a <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS
+        assert (p.kind, p.static, p.lanes * vector_lanes(n, 2), p.tile_a * w, p.loop, p.prefetch) == (
+            "lanes", True, w, 2048, False, False), (n, p)  # fmt: skip
+        assert (p.occupancy, p.grid) == (LANES_OCCUPANCY["forward"], -(-big // p.tile_a)), (n, p)
         for m in (1, 37, 4 * SMS * p.tile_a + 1):  # the tile does not depend on M (batch invariance)
             q = plan("forward", m, 1, n, 2, SMS)
-            assert (q.tile_a, q.occupancy, q.prefetch) == (p.tile_a, 4, q.grid < -(-m // p.tile_a)), (n, m, q)
-        assert not plan("forward", big, 1, n, 2, SMS, static=False).prefetch  # runtime layouts: L = 16
-        q = plan("forward", big, 1, n, 2, SMS, lanes=True, occupancy=8)
-        assert (q.kind, q.occupancy, q.prefetch) == ("lanes", 8, False), q
-        assert not plan("forward", big, 1, n, 2, SMS, lanes=True, prefetch=False).prefetch
-        assert plan("backward", big, 1, n, 2, SMS).occupancy == LANES_OCCUPANCY["backward"]
-    for n, es in ((66, 2), (74, 2), (78, 2), (97, 2), (411, 2), (116, 2), (300, 2), (138, 4), (74, 4)):
+            assert (q.tile_a, q.grid, q.loop) == (p.tile_a, -(-m // p.tile_a), False), (n, m, q)
+        r = plan("forward", big, 1, n, 2, SMS, static=False)  # runtime layouts: L = 16 (or row tiles), the loop
+        assert r.kind != "lanes" or (r.loop and r.grid == SMS * LANES_OCCUPANCY["forward"]), (n, r)
+        q = plan("forward", big, 1, n, 2, SMS, lanes=True, persistent=True)
+        assert (q.kind, q.tile_a, q.loop, q.grid) == ("lanes", p.tile_a, True, SMS * 8), q
+        assert plan("backward", big, 1, n, 2, SMS).loop  # (the backward's tiles: the loop, dW a block)
+    for n, es in ((97, 2), (183, 2), (411, 2), (138, 4), (74, 4)):
         p = plan("forward", big, 1, n, es, SMS)
-        assert (p.kind, p.occupancy, p.prefetch) == ("lanes", LANES_OCCUPANCY["forward"], False), (n, es, p)
+        assert (p.kind, p.loop, p.grid) == ("lanes", True, SMS * LANES_OCCUPANCY["forward"]), (n, es, p)
 
 
 @pytest.mark.parametrize("shape", [(37, 204), (11, 292)], ids=str)
@@ -2207,9 +2193,6 @@ def test_vector_lanes_rule():
     two_mod_4 = {66, 70, 86, 98, 110, 122, 126, 138, 154, 186, 202, 226, 242, 250}
     forward_512 = {282, 338, 410, 414, 490}  # 2 mod 4 rows padded to 512: the forward only (s32f)
     never = {64, 200, 256, 296, 512, 135, 265, 511, 513, 514, 610, 620, 1018}  # (514-1022: s46g)
-    rows = {66: 64, 70: 64, 98: 32, 126: 32, 138: 32, 154: 32, 186: 16, 250: 16, 282: 16, 338: 8, 490: 8}
-    for n, r in rows.items():  # the forward's 2 mod 4 tiles (session 45): rows x n within 5120 live elements
-        assert plan("forward", 99999, 1, n, 2, SMS).tile_a == r, n
     for n in both | two_mod_4 | forward_512 | never:
         for op in OPS:
             expected = 4 if n in both or (op == "backward" and n in two_mod_4) else 0
@@ -2221,14 +2204,9 @@ def test_vector_lanes_rule():
             assert not vector_lanes(n, 4, op)
             p = plan(op, 99999, 1, n, 2, SMS)
             if vector_lanes(n, 2, op):
-                if op == "forward" and n % 4 == 2 and p.tile_a <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS:
-                    hint = VECTOR_2MOD4_FWD_PREFETCH_BLOCKS  # (session 54: test_vector_2mod4_forward_prefetch_rule)
-                assert (p.kind, p.static, p.lanes, p.warps, p.occupancy) == (
-                    "lanes", True, w // vector_lanes(n, 2, op), 4, hint), (op, n, p)  # fmt: skip
-                if op == "forward" and n % 4 == 2:  # the most rows within 40 live elements a thread of 4 warps
-                    assert p.tile_a * w >= 2048 and p.tile_a * n <= 40 * 128 < 2 * p.tile_a * n, (n, p)
-                else:
-                    assert p.tile_a * w == 2048, (op, n, p)
+                assert (p.kind, p.static, p.lanes, p.warps, p.occupancy, p.loop) == (
+                    "lanes", True, w // vector_lanes(n, 2, op), 4, hint, op == "backward"), (op, n, p)  # fmt: skip
+                assert p.tile_a * w == 2048, (op, n, p)
                 r = plan(op, 99999, 1, n, 2, SMS, static=False)  # runtime layouts: the rules' lanes, 2048 a tile
                 assert not r.static and (r.kind != "lanes" or (r.lanes, r.tile_a * w) == (w // 16, 2048)), (op, n, r)
             elif p is not None and p.kind == "lanes":

@@ -171,9 +171,9 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   (batch invariant): 1.01-1.49x the core's split kernel in one probe (16411-33958; that probe ran
   the split kernel 10% slower at 17425 than the random set had: 225.3 against 203.5 us); up to
   20480 elements the static long forward since session 49.
-- session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes tiles holds as many rows
-  as keep a tile within 40 live elements a thread (``lanes_tile_rows``, VECTOR_2MOD4_FWD_LIVE_ELEMS):
-  up to 1.23x where a padded row holds few live elements, 0.99-1.00x where it holds many.
+- session 45: the forward of 16-bit 2 mod 4 rows on static 8-element lanes tiles held as many rows
+  as kept a tile within 40 live elements a thread: up to 1.23x where a padded row holds few live
+  elements, 0.99-1.00x where it holds many (replaced in session 55).
 - session 46: the forward of odd 16-bit rows of 257-511 runs on the lanes tiles (512 lanes wide; on
   static layouts within 36 live elements a thread, ODD_LANES_FWD_LIVE_ELEMS: 0.99-1.12x the row
   tiles; under llama's fp32 multiply and gemma too).
@@ -190,8 +190,9 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   29790-65535 on 132 SMs); session 51: its weight read after the row's sum, 5 blocks an SM, from
   22342 (1.09-1.29x).
 - session 54: the forward of 16-bit 2 mod 4 rows on vector lanes tiles of at most 32 rows (82-510)
-  runs at 4 blocks an SM with the prefetch, the next tile's gathers before this one's sum and
-  store (VECTOR_2MOD4_FWD_PREFETCH_*: 1.005-1.077x).
+  ran at 4 blocks an SM with the prefetch (1.005-1.077x); session 55: the forward of 16-bit rows on
+  static vector lanes runs a block a tile of 2048 elements without the loop, y scattered
+  (``lanes_one_tile``: 1.05-1.18x; it replaced sessions 45's and 54's rules for those tiles).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -1114,60 +1115,39 @@ VECTOR_LANES_2MOD4_WIDTHS = (128, 256)
 VECTOR_2MOD4_FWD_ELEMS = 8
 VECTOR_2MOD4_FWD_WIDTHS = (128, 512)
 LANES_WARPS = 4
-# Their tiles hold more rows than LANES_TILE_ELEMS gives, as many (a power of two) as keep a tile's
-# live elements (rows x N) within VECTOR_2MOD4_FWD_LIVE_ELEMS: VECTOR_2MOD4_FWD_LIVE_PER_THREAD a
-# thread on LANES_WARPS warps, the most that 8 blocks' 64 registers held (CPU SASS, sm_90, session
-# 45: 0-48 bytes of stack up to 4928 live elements, 70 at 64 rows 48 (56 under llama's fp32
-# multiply), 138 / 154 at 32 rows 8 (138: 48 under it); from 5408 up to 200 bytes, and slower).
-# Their 4-byte loads leave few bytes in flight where a padded row holds few live elements: at
-# 2048-element tiles the % of the copy grew with the live elements a thread (70: 8.75, 66%; 138:
-# 8.6, 70%; 186: 11.6, 79%; 250: 15.6, 89%). H200, graph replay, about 64 Mi elements, us,
-# 2048-element tiles -> the rule's rows (ab/s45a): bf16 70 99.8 -> 82.1 (64 rows), 98 84.6 -> 81.9
-# (32), 122 76.2 -> 74.8 (32), 138 92.7 -> 82.6 (32), 154 87.3 -> 78.6 (32), 186 82.2 -> 80.7 (16),
-# 190 81.4 -> 80.0 (16), 226 76.8 -> 76.4 (16), 250 73.5 -> 73.8 (16), 338 86.6 -> 83.9 (8), 414
-# 80.2 -> 78.8 (8); fp16 70 99.2 -> 82.1, 138 92.2 -> 81.9, 186 81.9 -> 80.0, 190 81.3 -> 79.6, 250
-# 73.3 -> 74.1, 338 85.7 -> 83.4. Past the bound they lost (bf16 186 at 32 rows 90.5, 98 at 64
-# 105.0, 226 at 32 137.5). Fresh lengths (ab/s45b), same columns: bf16 66 103.6 -> 84.2 (64 rows),
-# 82 91.3 -> 87.8, 106 80.3 -> 78.4, 118 76.9 -> 75.4 (32), 130 95.2 -> 85.1, 146 88.8 -> 79.8 (32),
-# 170 84.0 -> 82.8, 202 79.1 -> 78.2, 234 74.7 -> 74.9 (16), 258 96.6 -> 88.1, 282 91.7 -> 85.2, 298
-# 89.1 -> 83.0 (16 of 512), 362 82.9 -> 81.2, 446 76.8 -> 75.7, 506 73.0 -> 73.0 (8); fp16 82 90.3
-# -> 86.2, 130 94.6 -> 84.3, 170 83.4 -> 82.0, 258 96.0 -> 87.1, 362 82.2 -> 80.7; twice the rule's
-# rows lost at every one (82 92.8, 106 99.8, 170 89.5, 362 81.8, 446 102.5). Under llama's fp32
-# multiply and gemma (56 bytes of stack at 64 rows) the rule's rows gain at 66 / 70 and lose under
-# 1% at 138: bf16 70 109.2 / 103.0 (16 rows) -> 99.9 / 98.1 (64; gemma's best 96.1 at 32), 66 115.0
-# / 108.9 -> 102.1 / 100.3; 138 97.7 / 93.8 (8) -> 97.9 / 94.5 (32). Every figure is at about 64 Mi
-# elements: fewer rows leave fewer, larger tiles (4096 rows of 70: 64 tiles, not 256), not timed;
-# tiles of fewer rows for few rows would need their bits equal to these tiles' (batch invariance),
-# not yet checked on the GPU. Not 4 mod 8 rows on 4-element lanes (8-byte loads, 83-93% of the copy
-# already): twice the rows lost 3-7% (bf16 76 84.1, 116 72.8, 172 80.5, 204 75.6, fp16 204 75.2).
-VECTOR_2MOD4_FWD_LIVE_PER_THREAD = 40
-VECTOR_2MOD4_FWD_LIVE_ELEMS = VECTOR_2MOD4_FWD_LIVE_PER_THREAD * 32 * LANES_WARPS
-# Those tiles of at most VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS rows (2 mod 4 rows of 82-510) run at
-# VECTOR_2MOD4_FWD_PREFETCH_BLOCKS blocks an SM (up to 128 registers) with the prefetch: each
-# iteration gathers the block's next tile before it sums and stores this one (kernels'
-# rows_fwd_lanes PREFETCH), the same bytes an SM as 8 blocks of one tile, with the next tile's
-# loads in flight while y goes out through shared memory (3 barriers in the loop: SASS, session
-# 54). H200, graph replay, about 64 Mi elements, us, 8 blocks -> 4 with the prefetch (ab/s54a,
-# s54b): bf16 90 84.8 -> 78.7, 110 78.1 -> 73.8, 138 82.5 -> 80.6, 150 79.9 -> 79.5, 170 83.7 ->
-# 78.3, 198 79.8 -> 75.0, 234 75.6 -> 72.8, 282 86.0 -> 82.0, 354 82.4 -> 77.1, 438 76.9 -> 72.6, 494
-# 74.1 -> 71.9, 510 73.5 -> 72.1; fp16 186 79.9 -> 75.2, 438 76.6 -> 72.3 (1.005-1.077x; CPU SASS
-# of 138 / 170 / 494 at 4 blocks: no stack, 72-106 registers); held-out (ab/s54c) 1.017-1.078x at 16
-# lengths. Half the rows at 8 blocks with the prefetch ran 1-3% faster still at most 8- and 16-row
-# tiles (1.05-1.09x) but 0.99-1.03x at 32 rows; the rule keeps the rules' rows, and with them a
-# row's rstd bits (the GPU sums a 16-row tile of 170 in another order than a 4-row one: session
-# 54). Not the 64-row tiles of 66-78 (bf16 74 80.0 -> 83.9; half the rows 84.7), nor the other
-# lanes tiles: odd rows 0.92-1.02x at 4 blocks and 0.95-0.99x with the prefetch at 8 (97, 229, 339,
-# 411, 499), 4 mod 8 rows 0.81-0.84x at 4 (116, 300), fp32 0.78-0.95x at 4 but 229 1.04x (74, 90,
-# 97, 138, 186: 138 gained 3% with the prefetch at 8, the rest lost 1-4%).
-VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS = 32
-VECTOR_2MOD4_FWD_PREFETCH_BLOCKS = 4
+# The forward of 16-bit rows on their static vector lanes (``vector_lanes``: 2 mod 4 rows on
+# VECTOR_2MOD4_FWD_ELEMS lanes, 4 mod 8 rows on VECTOR_LANE_ELEMS lanes, padded to 128-512) runs a
+# block a tile of LANES_TILE_ELEMS padded elements without the loop, y scattered at the gather's
+# indices (rows_fwd_lanes' LOOP false: ``lanes_one_tile``), on a grid of its tiles. Before (sessions
+# 45 and 54) the loop's tiles held more rows (up to 40 live elements a thread) and ran at 4 blocks an
+# SM with the next tile's gathers first: the loop holds y's stores behind 3-4 block barriers an
+# iteration (CPU SASS) and keeps few blocks resident; ncu (s55c, at the benchmark's clocks, bf16
+# 394758 x 170): that kernel 67% DRAM at 24% achieved occupancy, stalled on the barrier first, where
+# torch.compile's warp a row reached 81% at 38%. Without the loop, 2048-element tiles compile to
+# 31-36 registers without stack (CPU SASS, s54d), so the SM holds as many blocks as its threads
+# allow and warps, not rows, hide the latency. H200, graph replay, about 64 Mi elements, us (% of the
+# copy), the loop's rule -> a block a tile (ab/s54d, s55d): bf16 66 84.8 -> 72.1 (90.7), 74 79.9 ->
+# 68.8, 78 79.2 -> 68.2, 90 78.6 -> 68.1, 102 75.8 -> 69.7, 130 82.5 -> 74.3, 138 80.4 -> 71.9, 162
+# 80.0 -> 68.8, 170 77.7 -> 66.7 (96.7), 194 75.8 -> 68.9, 218 73.1 -> 67.2, 246 72.4 -> 66.3, 258
+# 87.3 -> 74.9, 290 80.7 -> 70.4, 326 79.5 -> 68.7, 338 77.8 -> 67.4, 374 75.6 -> 67.1, 418 73.5 ->
+# 67.5, 462 72.2 -> 66.7, 494 71.6 -> 66.2, 502 71.7 -> 66.8 (97.3); 4 mod 8: 68 83.9 -> 72.8, 92
+# 73.2 -> 68.6, 116 70.0 -> 66.2, 124 70.0 -> 66.9, 140 83.9 -> 78.3, 180 73.8 -> 69.6, 252 70.2 ->
+# 66.2, 260 86.9 -> 79.9, 300 78.7 -> 73.5, 308 77.8 -> 73.5, 380 72.1 -> 67.9, 452 70.5 -> 66.4, 500
+# 70.0 -> 66.5; fp16 100 71.8 -> 67.8, 142 79.8 -> 69.9, 266 84.5 -> 72.1, 356 73.0 -> 68.7, 482 71.9
+# -> 66.7 (1.05-1.18x at every one of the 39 lengths; 33 of them held out, s55d). The tile's size
+# is the bound both ways: 4096 padded elements (the loop's rows, 48-64 registers) gained little or
+# lost (170 at 16 rows 76.4, 138 at 32 87.1, 74 at 64 107.3, ncu: the barrier back among the stalls),
+# and 1024 compiled to 62-64 registers or a stack and collapsed (116 at 8 rows 292.0, 300 at 2
+# 1201.2). Not the other lanes tiles (s54d, a block a tile): odd 16-bit rows (97 96.1 -> 166.1, 183
+# 88.5 -> 101.5, 411 / 435 1.01-1.02x), fp32 on runtime lanes (82 139.7 -> 154.5, 106 144.8 ->
+# 159.3; 138-250 1.01-1.04x).
 # Not taken (session 46): the forward of 16-bit 2 mod 4 rows padded to 1024 (8 x 1024 plain-load row
 # tiles, 74% of the copy) with a row on one warp, 32 lanes of 32 elements, 8 rows a tile. ncu (s46n,
 # at the benchmark's clocks, bf16 110015 x 610): the row tile reduces each row across its 4 warps,
 # 2.1 cycles an issue stalled on the barrier, 7.3 on loads, DRAM 62%; torch.compile's warp a row
 # 73%. H200, graph replay, about 64 Mi elements, us, the row tile -> that lanes tile (s46e, s46f):
 # with the native multiply bf16 530 81.2 -> 75.9, 598 86.7 -> 78.6, 610 86.5 -> 79.0, fp16 610 85.9
-# -> 78.8, where 8 rows stay within VECTOR_2MOD4_FWD_LIVE_ELEMS (674, 42 a thread, 82.8 -> 83.4; 778
+# -> 78.8, where 8 rows stay within 40 live elements a thread (674, 42 a thread, 82.8 -> 83.4; 778
 # 81.8 -> 93.4; 1018 73.0 -> 108.3); but under llama's fp32 multiply and gemma (216-248 bytes of stack
 # in the CPU SASS, 64-88 natively) 1.6-1.8x slower (s46g: 610 85.4 / 81.8 -> 146.7 / 150.1, 530 87.6 /
 # 84.0 -> 141.4 / 136.8), and the plan does not know the casting. Nor odd rows of 513-1023 (s46e,
@@ -1238,12 +1218,12 @@ class RowsPlan:
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd_lanes' on
-    persistent grids of fewer blocks than tiles, VECTOR_2MOD4_FWD_PREFETCH_*; rows_fwd's on
+    persistent grids of fewer blocks than tiles where asked; rows_fwd's on
     persistent forward grids, probes only; the flat and the static long forwards' second pass, the
     next chunk first: FLAT_PREFETCH_*, LONG_PREFETCH_*). loop (forward tiles): the blocks stride
     over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``, on a grid of
     one block a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP), and so does
-    rows_fwd_lanes on ``lanes_plan(persistent=False)`` (a probe keyword), its y scattered."""
+    rows_fwd_lanes where ``lanes_one_tile`` or ``lanes_plan(persistent=False)`` says, its y scattered."""
 
     op: str
     tile_a: int
@@ -1815,28 +1795,33 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above), lane_elems elements a lane; the keywords override the rules (probes).
     The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH), the
-    forward where prefetch is True, or by the rule for 2 mod 4 rows' vector lanes
-    (VECTOR_2MOD4_FWD_PREFETCH_*: where no keyword is given), on a grid of fewer blocks than tiles; static:
-    the kernels compiled for the row layout (``odd_static``, ``vector_lanes``); persistent False:
-    a block a tile without the loop, y scattered (a probe keyword of the forward: rows_fwd_lanes'
-    LOOP), else the persistent grid."""
+    forward where prefetch is True, on a grid of fewer blocks than tiles; static: the kernels
+    compiled for the row layout (``odd_static``, ``vector_lanes``); the forward runs a block a tile
+    without the loop, y scattered (rows_fwd_lanes' LOOP false), where persistent is False or, None,
+    ``lanes_one_tile`` says; else the persistent grid."""
     w = _next_pow2(n)
-    auto = tile_rows is None and warps is None and occupancy is None and prefetch is None and persistent is None
     rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
-    if auto and op == "forward" and lane_elems == VECTOR_2MOD4_FWD_ELEMS and rows <= VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS:
-        occupancy, prefetch = VECTOR_2MOD4_FWD_PREFETCH_BLOCKS, True  # (above VECTOR_2MOD4_FWD_PREFETCH_MAX_ROWS)
+    one = op == "forward" and (persistent is False or (persistent is None and lanes_one_tile(elem_size, lane_elems,
+                                                                                          static)))  # fmt: skip
     tile_b = min(rows, b & -b)
     tile_a = rows // tile_b
     tiles = -(-a // tile_a) * (b // tile_b)
     occupancy = occupancy or LANES_OCCUPANCY[op]
-    grid = tiles if persistent is False and op == "forward" else max(1, min(tiles, num_sms * occupancy))
+    grid = tiles if one else max(1, min(tiles, num_sms * occupancy))
     if op == "backward":
         prefetch = LANES_BWD_PREFETCH if prefetch is None else prefetch
     else:
         prefetch = bool(prefetch) and grid < tiles
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
                     LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=prefetch,
-                    loop=not (persistent is False and op == "forward"))  # fmt: skip
+                    loop=not one)  # fmt: skip
+
+
+def lanes_one_tile(elem_size: int, lane_elems: int, static: bool) -> bool:
+    """Whether a lanes forward runs a block a tile without the loop, y scattered (the comment after
+    VECTOR_2MOD4_FWD_WIDTHS, session 55): 16-bit rows on their static vector lanes
+    (``vector_lanes``)."""
+    return elem_size == 2 and static and lane_elems in (VECTOR_LANE_ELEMS, VECTOR_2MOD4_FWD_ELEMS)
 
 
 def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int, static: bool = False) -> int:
@@ -1854,13 +1839,10 @@ def lanes_tile_rows(op: str, n: int, elem_size: int, lane_elems: int, static: bo
 
 def lanes_live_elems(op: str, n: int, elem_size: int, lane_elems: int, static: bool) -> int:
     """The live elements a forward lanes tile may hold (``lanes_tile_rows``), 0 where the tile keeps
-    LANES_TILE_ELEMS: VECTOR_2MOD4_FWD_LIVE_ELEMS for 16-bit 2 mod 4 rows on their vector lanes
-    (``vector_lanes``), ODD_LANES_FWD_LIVE_ELEMS for odd 16-bit rows padded to LANES_MAX on
-    static layouts (the rows measured: the comments there)."""
+    LANES_TILE_ELEMS: ODD_LANES_FWD_LIVE_ELEMS for odd 16-bit rows padded to LANES_MAX on static
+    layouts (the rows measured: the comment there)."""
     if op != "forward" or elem_size != 2:
         return 0
-    if n % 4 == 2 and lane_elems == VECTOR_2MOD4_FWD_ELEMS:
-        return VECTOR_2MOD4_FWD_LIVE_ELEMS
     odd_wide = n % 2 == 1 and _next_pow2(n) == LANES_MAX and lane_elems == LANES_ELEMS
     return ODD_LANES_FWD_LIVE_ELEMS if odd_wide and static else 0
 
@@ -1888,7 +1870,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
     rules never set it for row tiles, and the caller picks the hint it compiles at, session 31; a
-    lanes forward's: ``lanes_plan``, by the rule VECTOR_2MOD4_FWD_PREFETCH_* or where asked; a flat
+    lanes forward's: ``lanes_plan``, where asked; a flat
     forward's: ``flat_plan``, which also picks its chunk by it; a long forward's: ``long_plan``); flat: whether the
     caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always

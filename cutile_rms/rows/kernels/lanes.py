@@ -108,7 +108,7 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
     L * K >= N, the lanes past N load as 0 and their stores are dropped. PREFETCH: each
     iteration gathers the block's next tile (clamped to the last) before it works on this one,
-    as rows_bwd_lanes does (plan.lanes_plan). Without LOOP (a block a tile, a probe keyword)
+    as rows_bwd_lanes does (plan.lanes_plan). Without LOOP (a block a tile: plan.lanes_one_tile)
     the block's one tile leaves through ct.scatter at the gather's indices: no loop orders it
     after earlier stores, and tileiras then moves it without shared memory or barriers (CPU
     SASS, bench/NOTES.md, session 54)."""
