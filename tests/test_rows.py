@@ -1533,7 +1533,7 @@ REGISTER_CASES = [("forward", "bfloat16", 68), ("forward", "bfloat16", 204), ("f
 def test_static_plans_hold_their_registers(sass, op, dtype, n, casting):
     """The vector lanes tiles of 16-bit rows (plan.vector_lanes, sessions 31 and 32) and the static
     long forward of fp32 rows at one block an SM (session 30) compile without stack (their timings
-    assume it; the forward's 1024-element tiles that spilled collapsed: plan.lanes_one_tile), with
+    assume it: plan.lanes_one_tile's 2048-element tiles timed at 31-36 registers), with
     the torch API's casting (native llama for 16-bit rows) and with llama's fp32 multiply (an fp32
     weight or an offset)."""
     dt = getattr(sass.ct, dtype)
@@ -1658,10 +1658,12 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     last tile overhanging A), on the lanes the rules give static layouts (170: 8 elements a
     lane, vector_lanes); and the rules' own plan on one SM (170 static: plan.lanes_one_tile, 8
     rows a block a tile) the bits of the same tile on the loop's persistent grid, with and
-    without the prefetch, and of the rules' plan for a grid of 3 SMs, so a row's bits do not
-    depend on M. (The tile's rows may change rstd's bits on the GPU: 16 and 4 rows of 170 did,
-    session 54; they are a function of N, lanes_tile_rows.) Fresh inputs, NaN-poisoned outputs,
-    y and rstd against float64."""
+    without the prefetch, and the first 37 rows alone (5 blocks) the bits of the same rows of
+    all 150, so a row's bits do not depend on M. (These kernels' bits agree at the lengths here;
+    the compiler may order a row's sum differently in another kernel, session 55: the loop's and
+    the one-tile kernels of 300 did not agree. The tile's rows may change rstd's bits on the GPU
+    too: 16 and 4 rows of 170 did, session 54; they are a function of N, lanes_tile_rows.) Fresh
+    inputs, NaN-poisoned outputs, y and rstd against float64."""
     m = 150
     x, _, w = make_inputs((m, n), dtype, dev, has_weight=True, offset=0.0, generator=gen)
     code = forward_casting(casting_code("llama", False), x, w, x, 0.0)
@@ -1686,22 +1688,24 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
     assert [(p.prefetch, p.grid, p.loop) for p in plans] == [(True, 8, True), (False, 8, True), (False, 38, False)]
     rules = plan("forward", m, 1, n, es, 1, static=static)
     assert rules.kind == "lanes", rules
-    groups = [plans]
-    if static and n == 170:  # the rule's tile a block a tile, on the loop's grid, and for more SMs
+    _same_forward_bits(x, w, code, plans)
+    if static and n == 170:  # the rule's tile a block a tile, on the loop's grid, and for fewer rows
         assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch, rules.loop) == (8, 8, 19, False, False)
         looped = [lanes_plan("forward", m, 1, n, es, 1, static=True, lane_elems=lane_elems, persistent=True,
                              prefetch=prefetch) for prefetch in (True, False)]  # fmt: skip
         assert [(q.tile_a, q.grid, q.prefetch, q.loop) for q in looped] == [(8, 8, True, True), (8, 8, False, True)]
-        few = plan("forward", m, 1, n, es, 3, static=static)
-        assert (few.tile_a, few.grid, few.loop) == (8, 19, False), few
-        groups.append([rules, *looped, few])
-    for group in groups:
-        _same_forward_bits(x, w, code, group)
+        (y, rstd), *_ = _same_forward_bits(x, w, code, [rules, *looped])
+        k = 37  # the first k rows alone: the same tile, 5 blocks, the same bits (batch invariance)
+        few = plan("forward", k, 1, n, es, 1, static=static)
+        assert (few.tile_a, few.grid, few.loop) == (8, 5, False), few
+        [(y_few, rstd_few)] = _same_forward_bits(x[:k], w, code, [few])
+        assert torch.equal(rstd_few.view(torch.int32), rstd[:k].view(torch.int32))
+        assert torch.equal(y_few.view(torch.int16), y[:k].view(torch.int16))
 
 
 def _same_forward_bits(x, w, code, plans):
     """Runs each forward plan on NaN-poisoned outputs and checks y and rstd against float64 and
-    the plans' outputs bit for bit against each other."""
+    the plans' outputs bit for bit against each other; returns [(y, rstd)] a plan."""
     m, n = x.shape
     dtype = x.dtype
     outs = []
@@ -1723,6 +1727,7 @@ def _same_forward_bits(x, w, code, plans):
     for p, (y, rstd) in zip(plans[1:], outs[1:], strict=True):
         assert torch.equal(rstd.view(torch.int32), outs[0][1].view(torch.int32)), (plans[0], p)
         assert torch.equal(y.view(bits), outs[0][0].view(bits)), (plans[0], p)
+    return outs
 
 
 def test_vector_lanes_forward_one_tile_rule():
@@ -1795,7 +1800,9 @@ def _adversarial_weight(n, dtype, device, gen):
 def test_native_llama_same_bits(dev, shape, with_static, at_runtime, static, dtype, gen):
     """y and rstd of the native llama multiply (y = xhat * w in x's dtype) are bit for bit those of
     llama's fp32 multiply (the product of two 16-bit values is exact in fp32), but for the sign of
-    a zero y where a weight element is -0.0; on fresh inputs, NaN-poisoned outputs, a weight with
+    a zero y where a weight element is -0.0 and, on the one-tile lanes forward, rows whose sum the
+    two kernels ordered differently (rstd an ulp apart: y compared there against float64 only); on
+    fresh inputs, NaN-poisoned outputs, a weight with
     zeros of both signs, negatives, subnormals and fp16-overflowing values. forward_casting picks
     native only for a weight of x's dtype, y of that dtype too, and offset 0; the launcher refuses
     it otherwise, and the custom ops' raw codes refuse it."""
@@ -1838,15 +1845,17 @@ def test_native_llama_same_bits(dev, shape, with_static, at_runtime, static, dty
         assert not bool(ulps.any())
     else:  # the one-tile lanes forward (plan.lanes_one_tile): each compiled kernel sums a row in an order
         # of its own, so the two castings' rstd may differ by an ulp (session 55, ab/s55e-bits.log:
-        # 1-6 of 300 rows, 1 of 15 here); y is compared on the rows whose rstd bits are the same
-        assert int(ulps.max()) <= 1 and float((ulps == 0).float().mean()) >= 0.75, ulps
+        # 19-29 of 300 rows at fp16 204, 1-3 of 15 here); y bit for bit on the rows whose rstd agree
+        # (at least half of them on every draw there), both against float64 below
+        assert int(ulps.max()) <= 1 and float((ulps == 0).float().mean()) >= 0.5, ulps
     same = (y0.view(torch.int16) == y1.view(torch.int16)) | ((y0 == 0) & (y1 == 0)) | (ulps != 0).unsqueeze(-1)
     assert bool(same.all()), (y0[~same][:8], y1[~same][:8])
     assert bool((y1.isinf() == y0.isinf()).all()) and (dtype != torch.float16 or bool(y1.isinf().any()))
     finite = ~y1.isinf()
-    ref, _, _, _ = rms_norm_ref_grads(x, torch.zeros_like(x), w, EPS, 0.0)
-    check_all({"y": torch.where(finite, y1, 0)}, {"y": torch.where(finite, ref, 0)},
-              tolerances(dtype, w.dtype, "llama"), {})  # fmt: skip
+    ref, ref_rstd, _, _ = rms_norm_ref_grads(x, torch.zeros_like(x), w, EPS, 0.0)
+    for yk, rk in ((y0, r0), (y1, r1)):
+        check_all({"y": torch.where(finite, yk, 0), "rstd": rk}, {"y": torch.where(finite, ref, 0), "rstd": ref_rstd},
+                  tolerances(dtype, w.dtype, "llama"), {})  # fmt: skip
 
 
 LOADS_CASES = [
@@ -2193,8 +2202,8 @@ def test_vector_lanes_rule():
     (bench/NOTES.md, s31a, s31c, s32a, s32d) and their classes: 16-bit rows of 4 mod 8 elements
     padded to 128-512 forward and backward, and the backward of 2 mod 4 rows padded to 128-256, on
     4 elements a lane (session 31); the forward of 2 mod 4 rows padded to 128-512 on 8 (session
-    32); at the lanes tiles' 2048 elements and blocks (the forward of 2 mod 4 rows: more rows,
-    session 45); on runtime layouts the rules' lanes (or row tiles) as before; never fp32, 8 | N
+    32); at the lanes tiles' 2048 elements and blocks, the forward a block a tile without the loop
+    (plan.lanes_one_tile, session 55); on runtime layouts the rules' lanes (or row tiles) as before; never fp32, 8 | N
     rows, odd rows, rows past 512, or the backward of 2 mod 4 rows padded to 512."""
     both = {76, 100, 116, 140, 172, 188, 196, 204, 228, 244, 252, 292, 300, 340, 380, 452, 500, 508}
     two_mod_4 = {66, 70, 86, 98, 110, 122, 126, 138, 154, 186, 202, 226, 242, 250}

@@ -17,8 +17,8 @@ the loop orders a scatter after the previous iteration's stores, session 17).
     python -m bench.probes.store_layout --sass    # CPU: memory instructions and barriers a kernel
     python -m bench.probes.store_layout           # GPU: graph replay beside a copy kernel (torch.neg)
 
-Rerun both after a compiler update: the lanes forward's layout choices (plan.VECTOR_2MOD4_FWD_*,
-rows_fwd_lanes' LOOP) rest on what they print.
+Rerun both after a compiler update: the lanes forward's layout choices (plan.lanes_one_tile,
+rows_fwd_lanes' LOOP) rest on what they print beside the whole kernel's timings (s54d, s55d).
 """
 
 import argparse
@@ -33,7 +33,7 @@ import cuda.tile as ct
 C_INT = ct.Constant[int]
 C_BOOL = ct.Constant[bool]
 LENGTHS = (170, 338)  # bf16 rows of 2 mod 4 elements the lanes forward runs (s54a-c)
-ROWS, L = 16, 8  # the rule's tile of 170 (plan.lanes_tile_rows, VECTOR_2MOD4_FWD_ELEMS lanes)
+ROWS, L = 16, 8  # the loop rule's tile of 170 until session 55 (s55b ran it; plan.lanes_one_tile's: 8 rows)
 BLOCKS_PER_SM = 8
 ELEMS = 64 << 20  # about 64 Mi elements a call, beyond L2
 # (m, n) rows whose n and strides are compile-time constants, as the lanes kernels take them

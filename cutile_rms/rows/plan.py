@@ -100,7 +100,8 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   a block's work: decode-sized rows 0.98-1.12x, geomean 1.04, session 40; wider rows, padded and
   gathered tiles on a block-a-tile grid lost without it), and for ``many_tiles``' and
   ``lone_tiles``' and ``lone_tma``'s grids (fill=True too): without the loop those tiles compile to fewer registers,
-  so more blocks an SM keep rows in flight.
+  so more blocks an SM keep rows in flight; the lanes forward of 16-bit rows on static vector lanes
+  runs without it at every M (``lanes_one_tile``, session 55: 1.05-1.18x).
 - two leading dims (A, B): a row tile is TILE_A x TILE_B rows with TILE_B the largest power of
   two that divides B (so no tile overhangs B), TILE_A the rest; the forward's rows of
   ONE_HEAD_ROW_BYTES or more take TILE_B = 1.
@@ -219,7 +220,8 @@ whose loads start where a row's alignment puts them, add their sums' lanes exact
 kernels._exact_sum, and the split flat forward each segment's squares: kernels.split._exact_sum3);
 A sets the grid,
 whether a tile can overhang A and whether a persistent forward grid reads its next tile first
-(the prefetch: the same arithmetic, the same bits on the GPU, session 54), none of which changes a
+(the prefetch: the same arithmetic; its kernel's bits matched the loop's at the lengths session 54
+checked, but each compiled kernel may order a row's sum its own way, session 55), none of which changes a
 row's arithmetic (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
@@ -1134,13 +1136,19 @@ LANES_WARPS = 4
 # 73.2 -> 68.6, 116 70.0 -> 66.2, 124 70.0 -> 66.9, 140 83.9 -> 78.3, 180 73.8 -> 69.6, 252 70.2 ->
 # 66.2, 260 86.9 -> 79.9, 300 78.7 -> 73.5, 308 77.8 -> 73.5, 380 72.1 -> 67.9, 452 70.5 -> 66.4, 500
 # 70.0 -> 66.5; fp16 100 71.8 -> 67.8, 142 79.8 -> 69.9, 266 84.5 -> 72.1, 356 73.0 -> 68.7, 482 71.9
-# -> 66.7 (1.05-1.18x at every one of the 39 lengths; 33 of them held out, s55d). The tile's size
-# is the bound both ways: 4096 padded elements (the loop's rows, 48-64 registers) gained little or
-# lost (170 at 16 rows 76.4, 138 at 32 87.1, 74 at 64 107.3, ncu: the barrier back among the stalls),
-# and 1024 compiled to 62-64 registers or a stack and collapsed (116 at 8 rows 292.0, 300 at 2
-# 1201.2). Not the other lanes tiles (s54d, a block a tile): odd 16-bit rows (97 96.1 -> 166.1, 183
-# 88.5 -> 101.5, 411 / 435 1.01-1.02x), fp32 on runtime lanes (82 139.7 -> 154.5, 106 144.8 ->
-# 159.3; 138-250 1.01-1.04x).
+# -> 66.7 (1.05-1.18x at every one of the 39 lengths, 82-101% of the copy; 33 of them held out,
+# s55d). The tile's size is the bound both ways: tiles of the loop's rows, 4096-8192 padded elements
+# at 48-64 registers, gained less or lost (170 at 16 rows 76.4, 338 at 8 72.3, 138 at 32 87.1, 74 at
+# 64 107.3; ncu of 170 at 16: the barrier back among the stalls), and 1024-element tiles collapsed
+# (116 at 8 rows 292.0, 62 registers; 300 at 2 rows 1201.2, 37 registers and no stack: not profiled,
+# not understood). The bare copy in the same layouts (bench/probes/store_layout.py, s55b, 16 rows)
+# ran the scattered form slowest (46-52% of the copy): what the whole kernel gains is not the
+# scatter's stores alone but the occupancy the loop had kept down. Not the other lanes tiles (s54d,
+# a block a tile): odd 16-bit rows (97 96.1 -> 166.1, 183 88.5 -> 101.5, 411 / 435 1.01-1.03x), fp32
+# on runtime lanes (74 141.9 -> 147.5, 82 139.7 -> 154.5, 106 144.8 -> 159.3; 138-250 1.01-1.04x).
+# Each compiled kernel sums a row in an order of its own: the one-tile and the loop's kernels, and
+# the two llama castings' one-tile kernels, may give a row's rstd an ulp apart (s55e), while a row's
+# bits stay a function of N and the layout (the same kernel at every M).
 # Not taken (session 46): the forward of 16-bit 2 mod 4 rows padded to 1024 (8 x 1024 plain-load row
 # tiles, 74% of the copy) with a row on one warp, 32 lanes of 32 elements, 8 rows a tile. ncu (s46n,
 # at the benchmark's clocks, bf16 110015 x 610): the row tile reduces each row across its 4 warps,
@@ -1155,7 +1163,8 @@ LANES_WARPS = 4
 # reach 78-84% of the copy), nor 4 mod 8 (620 / 780 / 1004 at 8 rows: 336-355 us).
 # The forward of odd 16-bit rows padded to LANES_MAX (257-511: 16 x 512 gathered row tiles before)
 # runs on the lanes tiles (``lanes_fit``), and on static layouts (257-383, ``odd_static``) holds the
-# most rows within ODD_LANES_FWD_LIVE_PER_THREAD live elements a thread, as the 2 mod 4 rows above.
+# most rows within ODD_LANES_FWD_LIVE_PER_THREAD live elements a thread (as the 2 mod 4 rows' loop
+# tiles did within 40 until session 55).
 # H200, graph replay, about 64 Mi elements, us (s46a, s46b), bf16, the row tile -> lanes at 4 / 8 /
 # 16 rows: 263 104.7 -> 100.1 / 96.1 / 93.1, 267 102.4 -> 99.4 / 94.9 / 92.1, 271 102.1 -> - / 94.4 /
 # 91.1, 279 99.4 -> - / 92.5 / 90.6, 287 97.0 -> - / 91.5 / 88.9, 295 97.1 -> - / 91.5 / 91.4, 301 95.7
@@ -1879,7 +1888,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
     (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``); False: the tile of any number of rows, always the
     loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
-    plans); core_bits: whether the caller's inputs give ``lone_tma``'s tile the core's bits
+    plans, which pass lanes=False: a lanes forward's loop is ``lanes_one_tile``'s, whatever fill);
+    core_bits: whether the caller's inputs give ``lone_tma``'s tile the core's bits
     (``same_bits``: aligned rows, a weight of x's dtype or none); False, the default for
     callers that cannot tell, keeps those rows on the core at every M; split: True runs the split
     flat forward (``split_plan``, a probe keyword; the rules take it where flat is None and
