@@ -534,14 +534,18 @@ def test_prefetch_forward_has_no_residual():
 @pytest.mark.parametrize("shape", [(37, 98), (5, 3, 71), (300, 149)], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_prefetch_lanes_backward(dev, shape, dtype, gen):
-    """The lanes kernels with PREFETCH (the backward's rule; the forward's where the grid holds
-    fewer blocks than tiles) against float64, outputs poisoned."""
+    """The lanes backward with PREFETCH (the rule, asked here too) against float64, outputs
+    poisoned, beside the forward on one SM (its loop over more tiles than blocks); the lanes
+    forward has no prefetch: asking raises."""
     casting = "gemma" if dtype == torch.float32 else "llama"
 
     def plan_of(op, a, b, n, es, sms):
-        sms = 1 if op == "forward" else sms  # (one SM: fewer blocks than tiles, so the forward prefetches too)
+        if op == "forward":
+            with pytest.raises(ValueError, match="no prefetch"):
+                RL.plan(op, a, b, n, es, sms, lanes=True, prefetch=True)
+            return RL.plan(op, a, b, n, es, 1, lanes=True, persistent=True)
         p = RL.plan(op, a, b, n, es, sms, lanes=True, prefetch=True)
-        assert p.kind == "lanes" and p.prefetch == (op == "backward" or p.grid < -(-a // p.tile_a) * (b // p.tile_b))
+        assert p.kind == "lanes" and p.prefetch
         return p
 
     _check_planned(dev, shape, dtype, casting, True, 0.0, gen, plan_of)
@@ -1651,15 +1655,14 @@ def test_wide_lanes_tile_rows_same_bits(dev, n, dtype, casting, offset, gen):
 @pytest.mark.parametrize("n,dtype", [(170, torch.bfloat16), (97, torch.float16), (301, torch.bfloat16),
                                      (138, torch.float32)], ids=str)  # fmt: skip
 @pytest.mark.parametrize("static", [False, True], ids=["runtime", "static"])
-def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
-    """rows_fwd_lanes with PREFETCH (each iteration gathers the block's next tile first) gives
-    the bits of the same tile without it and of a block a tile (without LOOP: y scattered at the
-    gather's indices), on a grid of fewer blocks than tiles (one SM: 8 blocks for 38 tiles, the
-    last tile overhanging A), on the lanes the rules give static layouts (170: 8 elements a
-    lane, vector_lanes); and the rules' own plan on one SM (170 static: plan.lanes_one_tile, 8
-    rows a block a tile) the bits of the same tile on the loop's persistent grid, with and
-    without the prefetch, and the first 37 rows alone (5 blocks) the bits of the same rows of
-    all 150, so a row's bits do not depend on M. (These kernels' bits agree at the lengths here;
+def test_lanes_forward_same_bits(dev, n, dtype, static, gen):
+    """rows_fwd_lanes on a grid of fewer blocks than tiles (LOOP; one SM: 8 blocks for 38 tiles,
+    the last tile overhanging A) gives the bits of the same tile a block a tile (without LOOP: y
+    scattered at the gather's indices), on the lanes the rules give static layouts (170: 8
+    elements a lane, vector_lanes); and the rules' own plan on one SM (170 static:
+    plan.lanes_one_tile, 8 rows a block a tile) the bits of the same tile on the loop's
+    persistent grid, and the first 37 rows alone (5 blocks) the bits of the same rows of all
+    150, so a row's bits do not depend on M. (These kernels' bits agree at the lengths here;
     the compiler may order a row's sum differently in another kernel, session 55: the loop's and
     the one-tile kernels of 300 did not agree. The tile's rows may change rstd's bits on the GPU
     too: 16 and 4 rows of 170 did, session 54; they are a function of N, lanes_tile_rows.) Fresh
@@ -1679,22 +1682,20 @@ def test_lanes_forward_prefetch_same_bits(dev, n, dtype, static, gen):
             1,
             tile_rows=4,
             static=static,
-            prefetch=prefetch,
             persistent=persistent,
             lane_elems=lane_elems,
         )
-        for prefetch, persistent in ((True, True), (False, True), (False, False))
+        for persistent in (True, False)
     ]
-    assert [(p.prefetch, p.grid, p.loop) for p in plans] == [(True, 8, True), (False, 8, True), (False, 38, False)]
+    assert [(p.prefetch, p.grid, p.loop) for p in plans] == [(False, 8, True), (False, 38, False)]
     rules = plan("forward", m, 1, n, es, 1, static=static)
     assert rules.kind == "lanes", rules
     _same_forward_bits(x, w, code, plans)
     if static and n == 170:  # the rule's tile a block a tile, on the loop's grid, and for fewer rows
         assert (rules.tile_a, rules.occupancy, rules.grid, rules.prefetch, rules.loop) == (8, 8, 19, False, False)
-        looped = [lanes_plan("forward", m, 1, n, es, 1, static=True, lane_elems=lane_elems, persistent=True,
-                             prefetch=prefetch) for prefetch in (True, False)]  # fmt: skip
-        assert [(q.tile_a, q.grid, q.prefetch, q.loop) for q in looped] == [(8, 8, True, True), (8, 8, False, True)]
-        (y, rstd), *_ = _same_forward_bits(x, w, code, [rules, *looped])
+        looped = lanes_plan("forward", m, 1, n, es, 1, static=True, lane_elems=lane_elems, persistent=True)
+        assert (looped.tile_a, looped.grid, looped.prefetch, looped.loop) == (8, 8, False, True), looped
+        (y, rstd), _ = _same_forward_bits(x, w, code, [rules, looped])
         k = 37  # the first k rows alone: the same tile, 5 blocks, the same bits (batch invariance)
         few = plan("forward", k, 1, n, es, 1, static=static)
         assert (few.tile_a, few.grid, few.loop) == (8, 5, False), few
@@ -1938,6 +1939,8 @@ def test_prefetch_rule():
         assert p.kind == "lanes" and p.prefetch, (n, es)
         assert not plan("backward", 99, 1, n, es, SMS, prefetch=False).prefetch
         assert not plan("forward", 99, 1, n, es, SMS).prefetch
+        with pytest.raises(ValueError, match="no prefetch"):  # (the lanes forward has none, session 55)
+            plan("forward", 99, 1, n, es, SMS, prefetch=True)
     assert not plan("backward", 99, 1, 20001, 2, SMS).prefetch  # the long kernels
     assert plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=True, prefetch=True).prefetch
     assert not plan("forward", 1 << 20, 1, 4096, 2, SMS, persistent=False, prefetch=True).prefetch  # a tile a block

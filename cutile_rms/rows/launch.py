@@ -62,7 +62,7 @@ FLAT_PARAMS = {
 # The short unaligned rows' kernels (plan kind "lanes"), by op.
 LANES_PARAMS = {
     "forward_lanes": ("x", "w", "y", "rstd_out", "eps", "offset", "TILE_A", "TILE_B", "L", "K", "CASTING",
-                      "HAS_WEIGHT", "STORE_RSTD", "PREFETCH", "LOOP"),
+                      "HAS_WEIGHT", "STORE_RSTD", "LOOP"),
     "backward_lanes": ("x", "dy", "w", "rstd_in", "dx", "dw_partial", "offset", "TILE_A", "TILE_B", "L", "K",
                        "HAS_WEIGHT", "ROUND_XHAT", "PREFETCH"),
 }  # fmt: skip

@@ -1226,8 +1226,7 @@ class RowsPlan:
     kernels take the row length and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
     ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
-    the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd_lanes' on
-    persistent grids of fewer blocks than tiles where asked; rows_fwd's on
+    the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd's on
     persistent forward grids, probes only; the flat and the static long forwards' second pass, the
     next chunk first: FLAT_PREFETCH_*, LONG_PREFETCH_*). loop (forward tiles): the blocks stride
     over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``, on a grid of
@@ -1803,11 +1802,11 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
                persistent: bool | None = None) -> RowsPlan:  # fmt: skip
     """The plan of op's lanes kernel (kind "lanes": rows_fwd_lanes, rows_bwd_lanes) for (a, b, n)
     rows (LANES_* above), lane_elems elements a lane; the keywords override the rules (probes).
-    The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH), the
-    forward where prefetch is True, on a grid of fewer blocks than tiles; static: the kernels
-    compiled for the row layout (``odd_static``, ``vector_lanes``); the forward runs a block a tile
-    without the loop, y scattered (rows_fwd_lanes' LOOP false), where persistent is False or, None,
-    ``lanes_one_tile`` says; else the persistent grid."""
+    The backward reads its next tile first unless prefetch is False (LANES_BWD_PREFETCH; the
+    forward has no prefetch: prefetch=True raises); static: the kernels compiled for the row
+    layout (``odd_static``, ``vector_lanes``); the forward runs a block a tile without the loop, y
+    scattered (rows_fwd_lanes' LOOP false), where persistent is False or, None, ``lanes_one_tile``
+    says; else the persistent grid."""
     w = _next_pow2(n)
     rows = tile_rows or lanes_tile_rows(op, n, elem_size, lane_elems, static)
     one = op == "forward" and (persistent is False or (persistent is None and lanes_one_tile(elem_size, lane_elems,
@@ -1819,10 +1818,10 @@ def lanes_plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *,
     grid = tiles if one else max(1, min(tiles, num_sms * occupancy))
     if op == "backward":
         prefetch = LANES_BWD_PREFETCH if prefetch is None else prefetch
-    else:
-        prefetch = bool(prefetch) and grid < tiles
+    elif prefetch:
+        raise ValueError("the lanes forward has no prefetch (rows_fwd_lanes, session 55)")
     return RowsPlan(op, tile_a, tile_b, (w, 0, 0), warps or LANES_WARPS, occupancy, grid, a % tile_a != 0, w != n,
-                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=prefetch,
+                    LOADS_GATHER, "lanes", max(1, w // lane_elems), static, prefetch=bool(prefetch),
                     loop=not one)  # fmt: skip
 
 
@@ -1879,7 +1878,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     row tiles read the next tile first, None: the rule, PREFETCH_MAX_BLOCKS; the forward's where
     asked, on a persistent grid of plain loads with more tiles than blocks (a probe keyword: the
     rules never set it for row tiles, and the caller picks the hint it compiles at, session 31; a
-    lanes forward's: ``lanes_plan``, where asked; a flat
+    lanes forward's: none, ``lanes_plan`` raises; a flat
     forward's: ``flat_plan``, which also picks its chunk by it; a long forward's: ``long_plan``); flat: whether the
     caller's rows are contiguous end to end, one flat array that the flat rows kernels may read
     (``flat_plan``): None where ``flat_fit`` and no other keyword overrides the rules, True always

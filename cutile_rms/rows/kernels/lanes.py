@@ -104,14 +104,14 @@ def _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_
 @row_kernel
 def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset, TILE_A: C_INT, TILE_B: C_INT,
                    L: C_INT, K: C_INT, CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL,
-                   PREFETCH: C_BOOL, LOOP: C_BOOL):  # fmt: skip
+                   LOOP: C_BOOL):  # fmt: skip
     """rows_fwd for short unaligned rows, tiles gathered as (TILE_A, TILE_B, L, K) (see above);
-    L * K >= N, the lanes past N load as 0 and their stores are dropped. PREFETCH: each
-    iteration gathers the block's next tile (clamped to the last) before it works on this one,
-    as rows_bwd_lanes does (plan.lanes_plan). Without LOOP (a block a tile: plan.lanes_one_tile)
-    the block's one tile leaves through ct.scatter at the gather's indices: no loop orders it
-    after earlier stores, and tileiras then moves it without shared memory or barriers (CPU
-    SASS, bench/NOTES.md, session 54)."""
+    L * K >= N, the lanes past N load as 0 and their stores are dropped. LOOP: the blocks stride
+    over the tiles; without it (a block a tile: plan.lanes_one_tile) the block's one tile leaves
+    through ct.scatter at the gather's indices: no loop orders it after earlier stores, and
+    tileiras then moves it without shared memory or barriers (CPU SASS, bench/NOTES.md, session
+    54). (Session 54's PREFETCH, the next tile's gathers first, went with the only rule that
+    used it, session 55.)"""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
     tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
@@ -124,12 +124,6 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
         ct.scatter(y, idx, yt)
         if STORE_RSTD:
             ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
-    elif PREFETCH:
-        xt = _lanes_x(x, ct.minimum(ct.bid(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
-        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
-            nxt = _lanes_x(x, ct.minimum(t + ct.num_blocks(0), tiles - 1), tiles_b, c, TILE_A, TILE_B)
-            _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
-            xt = nxt
     else:
         for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
             xt = _lanes_x(x, t, tiles_b, c, TILE_A, TILE_B)
