@@ -1142,8 +1142,9 @@ LANES_WARPS = 4
 # 64 107.3; ncu of 170 at 16: the barrier back among the stalls), and 1024-element tiles collapsed
 # (116 at 8 rows 292.0, 62 registers; 300 at 2 rows 1201.2, 37 registers and no stack: not profiled,
 # not understood). The bare copy in the same layouts (bench/probes/store_layout.py, s55b, 16 rows)
-# ran the scattered form slowest (46-52% of the copy): what the whole kernel gains is not the
-# scatter's stores alone but the occupancy the loop had kept down. Not the other lanes tiles (s54d,
+# ran the scattered form slowest (46-52% of the copy), so the scatter's stores alone do not explain
+# the gain; the likelier cause is the occupancy the loop had kept down (the 2048-element tiles
+# have not been under ncu). Not the other lanes tiles (s54d,
 # a block a tile): odd 16-bit rows (97 96.1 -> 166.1, 183 88.5 -> 101.5, 411 / 435 1.01-1.03x), fp32
 # on runtime lanes (74 141.9 -> 147.5, 82 139.7 -> 154.5, 106 144.8 -> 159.3; 138-250 1.01-1.04x).
 # Each compiled kernel sums a row in an order of its own: the one-tile and the loop's kernels, and
