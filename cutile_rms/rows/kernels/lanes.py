@@ -76,13 +76,6 @@ def _store_lanes(a, ia, ib, t):
 
 
 @tile_function
-def _lanes_x(x, t, tiles_b, c, TILE_A: C_INT, TILE_B: C_INT):
-    """x of lanes tile t, gathered (0 past N and A)."""
-    ia, ib = _tile(t, tiles_b)
-    return ct.gather(x, _lane_indices(ia, ib, c, TILE_A, TILE_B), padding_value=0)
-
-
-@tile_function
 def _lanes_y(y, xt, wp, eps, inv_n, CASTING: C_INT, HAS_WEIGHT: C_BOOL):
     """(y in y's dtype, rstd as (TILE_A, TILE_B, 1, 1)) of a gathered lanes tile xt."""
     f = ct.astype(xt, ct.float32)
@@ -91,12 +84,17 @@ def _lanes_y(y, xt, wp, eps, inv_n, CASTING: C_INT, HAS_WEIGHT: C_BOOL):
 
 
 @tile_function
-def _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A: C_INT, TILE_B: C_INT, CASTING: C_INT,
-               HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL):  # fmt: skip
-    """y (and rstd where STORE_RSTD) of lanes tile t from its gathered x, stored."""
+def _lanes_forward_tile(x, y, rstd_out, t, tiles_b, c, wp, eps, inv_n, TILE_A: C_INT, TILE_B: C_INT,
+                        CASTING: C_INT, HAS_WEIGHT: C_BOOL, STORE_RSTD: C_BOOL, SCATTER: C_BOOL):  # fmt: skip
+    """Lanes tile t of x gathered, normalized and written: y stored as a row tile, or scattered
+    at the gather's indices (SCATTER); rstd too where STORE_RSTD."""
     ia, ib = _tile(t, tiles_b)
-    yt, rstd = _lanes_y(y, xt, wp, eps, inv_n, CASTING, HAS_WEIGHT)
-    _store_lanes(y, ia, ib, yt)
+    idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
+    yt, rstd = _lanes_y(y, ct.gather(x, idx, padding_value=0), wp, eps, inv_n, CASTING, HAS_WEIGHT)
+    if SCATTER:
+        ct.scatter(y, idx, yt)
+    else:
+        _store_lanes(y, ia, ib, yt)
     if STORE_RSTD:
         ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
 
@@ -113,21 +111,16 @@ def rows_fwd_lanes(x: RowArray, w: RowVector, y: RowArray, rstd_out, eps, offset
     54). (Session 54's PREFETCH, the next tile's gathers first, went with the only rule that
     used it, session 55.)"""
     tiles_b = ct.cdiv(x.shape[1], TILE_B)
-    tiles = ct.cdiv(x.shape[0], TILE_A) * tiles_b
     c = _lane_columns(L, K)
     wp = _lane_weight(w, c, offset, L, K, HAS_WEIGHT, CASTING)
     inv_n = 1.0 / x.shape[2]
-    if not LOOP:
-        ia, ib = _tile(ct.bid(0), tiles_b)
-        idx = _lane_indices(ia, ib, c, TILE_A, TILE_B)
-        yt, rstd = _lanes_y(y, ct.gather(x, idx, padding_value=0), wp, eps, inv_n, CASTING, HAS_WEIGHT)
-        ct.scatter(y, idx, yt)
-        if STORE_RSTD:
-            ct.store(rstd_out, (ia, ib), ct.reshape(rstd, (TILE_A, TILE_B)), allow_tma=False)
+    if LOOP:
+        for t in range(ct.bid(0), ct.cdiv(x.shape[0], TILE_A) * tiles_b, ct.num_blocks(0)):
+            _lanes_forward_tile(x, y, rstd_out, t, tiles_b, c, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT,
+                                STORE_RSTD, False)  # fmt: skip
     else:
-        for t in range(ct.bid(0), tiles, ct.num_blocks(0)):
-            xt = _lanes_x(x, t, tiles_b, c, TILE_A, TILE_B)
-            _lanes_out(y, rstd_out, t, tiles_b, xt, wp, eps, inv_n, TILE_A, TILE_B, CASTING, HAS_WEIGHT, STORE_RSTD)
+        _lanes_forward_tile(x, y, rstd_out, ct.bid(0), tiles_b, c, wp, eps, inv_n, TILE_A, TILE_B, CASTING,
+                            HAS_WEIGHT, STORE_RSTD, True)  # fmt: skip
 
 
 @tile_function
