@@ -218,11 +218,10 @@ per-row layout, the same at one, two and four rows a tile on tileiras 13.4, sm_9
 test_rows_batch_invariance checks on the GPU at 2048 and 4096; the flat rows kernels,
 whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
 kernels._exact_sum, and the split flat forward each segment's squares: kernels.split._exact_sum3);
-A sets the grid,
-whether a tile can overhang A and whether a persistent forward grid reads its next tile first
-(the prefetch: the same arithmetic; its kernel's bits matched the loop's at the lengths session 54
-checked, but each compiled kernel may order a row's sum its own way, session 55), none of which changes a
-row's arithmetic (gathered and plain
+A sets the grid and
+whether a tile can overhang A, neither of which changes a row's arithmetic (the rules' forward
+plans never prefetch; a probe's prefetch is the same arithmetic in another compiled kernel, and
+each compiled kernel may order a row's sum its own way, session 55) (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
 (``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
