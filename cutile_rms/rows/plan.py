@@ -219,9 +219,10 @@ test_rows_batch_invariance checks on the GPU at 2048 and 4096; the flat rows ker
 whose loads start where a row's alignment puts them, add their sums' lanes exactly instead:
 kernels._exact_sum, and the split flat forward each segment's squares: kernels.split._exact_sum3);
 A sets the grid and
-whether a tile can overhang A, neither of which changes a row's arithmetic (the rules' forward
-plans never prefetch; a probe's prefetch is the same arithmetic in another compiled kernel, and
-each compiled kernel may order a row's sum its own way, session 55) (gathered and plain
+whether a tile can overhang A, neither of which changes a row's arithmetic (no rule has a forward
+read its next tile first; the flat and long forwards' chunk lookahead follows N alone; a probe's
+next-tile prefetch is the same arithmetic in another compiled kernel, and each compiled kernel may
+order a row's sum its own way, session 55) (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
 (``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
