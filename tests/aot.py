@@ -473,6 +473,15 @@ def _rows_jobs(add):
         for op in ("forward", "backward"):
             p = plan(op, 4099, 1, n, 2, 132, long=False)  # (6152 forward: long, _long_jobs' 8 | N rows)
             _rows_job(add, "static 8 | N", op, p, n, "bfloat16", "bfloat16")
+    # fp32 rows of 4 | N, not 16 | N, forward (plan.word_static): the runtime plan compiled for the
+    # row layout, one piece (7944, gathered), two and three pieces, 2-D and a head view
+    for n in (1380, 6540, 7944):
+        p = plan("forward", 4099, 1, n, 4, 132)
+        assert p.kind == "tile" and p.static, p
+        for store in (True, False):
+            _rows_job(add, "word static", "forward", p, n, "float32", "float32", store=store)
+        _rows_job(add, "word static heads", "forward", plan("forward", 4096, 6, n, 4, 132), n, "float32", None,
+                  b_one=False)  # fmt: skip
     # gathered multi-row backward tiles that overhang A: with the prefetch (two loops, kernels._whole_tiles,
     # 678 on runtime layouts) and without it (one loop with a branch a tile: static 8 x 256 at 8 blocks)
     for n in (678, 136):

@@ -65,6 +65,7 @@ from cutile_rms.rows.plan import (
     static_fit,
     unaligned,
     vector_lanes,
+    word_static,
 )
 from cutile_rms.rows.plan import (
     LONG_UNROLL_MAX_CHUNKS as UNROLL_CHUNKS,
@@ -2107,6 +2108,57 @@ def test_fp32_backward_rule():
     for n in (516, 804, 1004, 1024, 2048, 4096, 8192, 8196, 8708):
         assert not backward_by_default(n, 4), n
     assert 1004 * 4 <= FP32_BWD_MIN_BYTES < 1196 * 4  # between the measured loss and win (session 35)
+
+
+def test_word_static():
+    """The forward of fp32 rows of 4 | N, not 16 | N, of 1025-8192 elements (the 4-warp row tiles)
+    keeps its runtime plan, compiled for the row layout (session 56), at every row count (batch
+    invariance); the backward, 16 | N, 2 mod 4, 16-bit rows and the 8-warp tiles past 8192 do not."""
+    for n, es, op, on in ((1028, 4, "forward", True), (1380, 4, "forward", True), (6540, 4, "forward", True),
+                          (7944, 4, "forward", True), (8188, 4, "forward", True), (1024, 4, "forward", False),
+                          (1040, 4, "forward", False), (1030, 4, "forward", False), (8196, 4, "forward", False),
+                          (9460, 4, "forward", False), (6540, 4, "backward", False), (6540, 2, "forward", False),
+                          (1380, 2, "forward", False)):  # fmt: skip
+        assert word_static(n, es, op) == on, (n, es, op)
+    for n in (1028, 1380, 2220, 6540, 7944, 8188):
+        for a in (1, 7, 132, 4099, 100000):
+            p = plan("forward", a, 1, n, 4, SMS)
+            runtime = plan("forward", a, 1, n, 4, SMS, static=False)
+            assert p.kind == "tile" and p.static and dataclasses.replace(p, static=False) == runtime, (n, a)
+        assert not plan("backward", 4099, 1, n, 4, SMS).static, n
+    for n in (1040, 8196, 9460, 12712):
+        assert not plan("forward", 4099, 1, n, 4, SMS).static, n
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("n", [1028, 1380, 4596, 6540, 7944])
+def test_word_static_plans_load_16_bytes(sass, n):
+    """Why plan.word_static holds: on runtime layouts the JIT promises a row stride divisible by 16
+    elements or nothing, so fp32 rows of 4 | N, not 16 | N, load and store 4 bytes at a time
+    (6540 and 7944 spill too); compiled for the row layout the same plan loads 16 bytes, without
+    stack. Should a runtime layout one day prove the rows' alignment, this fails and the rule can go."""
+    dt = sass.ct.float32
+    for static in (True, False):
+        p = plan("forward", 99999, 1, n, 4, SMS, static=static)
+        assert p.static == static, p
+        kernel, params, hints = sass.rows_params(p, dt, 99999, 1, n)
+        r = sass.compile_report(kernel, params, **hints)
+        wide = r["ops"].get("LDG.128", 0)
+        assert (wide > 0 and r.get("STACK", 0) == 0) if static else (wide == 0 and r["ops"].get("LDG", 0) > 0), (p, r)
+
+
+WORD_STATIC_SHAPES = [(37, 1380), (5, 3, 2220), (9, 6540), (3, 7944), (2, 2, 1028)]
+
+
+@pytest.mark.parametrize("shape", WORD_STATIC_SHAPES, ids=str)
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_word_static_rows(dev, shape, has_weight, offset, gen):
+    """The rules' forward plans of fp32 rows of 4 | N, not 16 | N (plan.word_static: static layouts,
+    one to three pieces, 7944 gathered), 2-D and head groups, with and without a weight; y, rstd,
+    dx and dw against float64 (the backward on its runtime plan)."""
+    n = shape[-1]
+    assert plan("forward", 37, 1, n, 4, SMS).static, n
+    _check_planned(dev, shape, torch.float32, "gemma", has_weight, offset, gen, plan)
 
 
 def test_odd_static():

@@ -10,7 +10,7 @@ against the kernels' own parameters.
 
 A plan's ``static`` picks the kernels compiled for its row layout (kernels.RowArray) or those of
 runtime layouts; ``plan`` here keeps static plans (plan.static_fit, plan.odd_static,
-plan.vector_lanes, plan.long_static_chunk) to a process's first STATIC_LAYOUTS row
+plan.word_static, plan.vector_lanes, plan.long_static_chunk) to a process's first STATIC_LAYOUTS row
 layouts (``static_layout``), so that a caller with ever new row lengths does not compile without
 bound.
 """

@@ -139,6 +139,10 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   16-bit rows that load 4 or 8 bytes at a time, from 12 KB to 5 chunks of 16 KB
   (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
   (session 29: 1.04-1.3x).
+- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 1025-8192 elements (the 4-warp
+  row tiles; ``word_static``): their runtime plan, compiled for the row layout, where it loads 16
+  bytes at a time, not 4 (ties within 1% at 11 of 16 lengths, 1.03-1.06x where the runtime
+  tile spilled, 0.96x at 5000).
 - session 30: fp32 rows that the forward row tiles hold at one block an SM with padded lanes
   (13313-18431 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
   an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999).
@@ -225,7 +229,7 @@ next-tile prefetch is the same arithmetic in another compiled kernel, and each c
 order a row's sum its own way, session 55) (gathered and plain
 loads of an unaligned row tile take the same register layout, two 16-bit elements or one 32-bit
 a vector: the JIT proves no wider alignment either way). Rows that take static layouts
-(``static_fit``, ``odd_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
+(``static_fit``, ``odd_static``, ``word_static``, ``vector_lanes``, ``long_static_chunk``) plan again on runtime
 layouts once a process has compiled rows.launch.STATIC_LAYOUTS row layouts: there a row's kernel, and so its bits, can
 depend on what the process ran before (a bounded cache, not the batch).
 """
@@ -260,6 +264,7 @@ __all__ = [
     "static_fit",
     "unaligned",
     "vector_lanes",
+    "word_static",
 ]
 
 OPS = ("forward", "backward")
@@ -722,6 +727,23 @@ ODD_STATIC_MAX_ELEMS = MAX_ROW_ELEMS["forward"]
 ODD_STATIC_FP32_MAX_ELEMS = 512
 ODD_STATIC_MIN_ELEMS = 65  # rows the lanes kernels pad to LANES_MIN_ELEMS (128) and up
 ODD_STATIC_SPILLS = (385, 511)
+# fp32 rows of 4 | N but not 16 | N on static layouts (``word_static``, session 56): every such row
+# starts 16-byte aligned, but the JIT promises a row stride divisible by 16 elements or nothing, so
+# on runtime layouts tileiras loads and stores them 4 bytes at a time. CPU SASS of the rules'
+# runtime plans (ab/s56g-sass-shipped.txt): 1032 30 LDG and 22 STG against 1040's 6 LDG.128 and 3
+# LDG.64; 1380-12712 plain LDG only, 4x the instructions, and 6540, 7800, 7944, 8044 (4 warps) and
+# 11548, 13080 (8 warps) spill 8-32 bytes. ncu (s56d, s56f): 128 bytes a warp request at 7800 and
+# 13080, 508 at 16 | N. Compiled for the row layout the same plans load 16 bytes and hold no stack
+# (ab/s56g-sass-static.txt). H200, graph replay, about 64 Mi elements, us, runtime -> static
+# (ab/s56c, ab/s56g): on the 4-warp tiles (at most WIDE_TILE) 1380 128.9 -> 128.3, 1484 129.2 ->
+# 128.8, 2220 131.0 -> 130.3, 2600 130.5 -> 129.6, 3292 130.8 -> 131.1, 3400 131.5 -> 131.2, 3564
+# 131.0 -> 131.0, 4596 131.9 -> 131.6, 5400 131.5 -> 132.8, 6200 133.2 -> 133.3, 6540 136.3 -> 132.6,
+# 7000 141.2 -> 132.8, 7800 140.1 -> 132.9, 7944 138.8 -> 131.7, 8044 139.9 -> 131.7 (the copy
+# 127-128), but 5000 132.0 -> 137.6. On the 8-warp tiles past WIDE_TILE static layouts lost, for
+# reasons not yet profiled: 8260 137.8 -> 149.5, 9400 132.5 -> 149.7, 9460 133.4 -> 149.4, 10276
+# 134.6 -> 143.0, 11548 138.9 -> 150.3, 12600 136.6 -> 161.5, 12712 135.3 -> 161.9 (11000 141.2 ->
+# 133.4 and 13000 147.3 -> 142.2 gained): those rows stay on runtime layouts, as does the backward
+# (not measured).
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -1349,6 +1371,15 @@ def odd_static(n: int, elem_size: int, op: str = "forward") -> bool:
     return n <= ODD_STATIC_FP32_MAX_ELEMS
 
 
+def word_static(n: int, elem_size: int, op: str = "forward") -> bool:
+    """Whether the forward of fp32 rows of a multiple of 4 elements, not of VECTOR_ELEMS, longer
+    than STATIC_FP32_MAX_ELEMS and at most WIDE_TILE (the row tiles on 4 warps), runs its runtime
+    plan compiled for the row layout, where it loads 16 bytes at a time (the comment after
+    ODD_STATIC_SPILLS)."""
+    fits = STATIC_FP32_MAX_ELEMS[op] < n <= WIDE_TILE[op]
+    return op == "forward" and elem_size == 4 and n % 4 == 0 and n % VECTOR_ELEMS != 0 and fits
+
+
 def backward_by_default(n: int, elem_size: int) -> bool:
     """Whether a call without a mode runs the row-tile backward for rows of n elements: rows that
     are ``unaligned`` (where the row rules plan them: at most MAX_ROW_ELEMS["backward"]), and
@@ -1926,7 +1957,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         and (_long_unaligned(n, elem_size) or long_static_chunk(n, elem_size, num_sms, static))
     ):
         return long_plan(op, a, b, n, elem_size, num_sms, chunk=chunk, static=static, unroll=unroll, prefetch=prefetch)
-    compiled = static and odd_static(n, elem_size, op)  # the runtime layouts' plan (but lanes_tile_rows), compiled
+    # the runtime layouts' plan (but lanes_tile_rows), compiled
+    compiled = static and (odd_static(n, elem_size, op) or word_static(n, elem_size, op))
     vector = vector_lanes(n, elem_size, op) if static else 0
     static = static and static_fit(n, elem_size, op)
     if lanes or (lanes is None and not overridden and (vector or lanes_fit(n, elem_size, op))):

@@ -40,8 +40,9 @@ do; M stays a runtime value. Knowing the row stride, tileiras loads a 16-bit row
 bytes at a time (8 where 4 divides N), which the JIT of a runtime layout, proving 16 bytes or
 nothing, reads 2 bytes an element; knowing N, it drops the loads, stores and checks of the lanes
 past N and folds the row offsets into immediates (half the instructions of an odd row's lanes tile).
-plan.static_fit, plan.odd_static, plan.vector_lanes and plan.long_static_chunk say where
-the rules take them (bench/NOTES.md, sessions 20, 29, 30 and 31). ``DYNAMIC[kernel]`` is the same
+plan.static_fit, plan.odd_static, plan.word_static, plan.vector_lanes and plan.long_static_chunk
+say where the rules take them (bench/NOTES.md, sessions 20, 29, 30, 31 and 56); fp32 rows of 4 | N,
+not 16 | N, load 4 bytes at a time on runtime layouts for the same reason. ``DYNAMIC[kernel]`` is the same
 kernel with runtime layouts: what the other rows run, and the launchers' fallback once a process
 has compiled rows.launch.STATIC_LAYOUTS row layouts.
 """
