@@ -185,8 +185,10 @@ def _aot_array(dtype, shape):
 
 def static(c: ArrayConstraint, n: int, strides=None) -> ArrayConstraint:
     """c as the dispatcher passes an array to a parameter annotated cutile_rms.rows.kernels.RowArray
-    (strides given: the last dim n and every stride constants) or RowVector (the last dim n)."""
-    shape = (*(c.shape_constant or (None,) * c.ndim)[:-1], n)
+    (strides given: the last dim n and every stride constants) or RowVector (the last dim n): the
+    annotation's constants only, not c's size-1 dims (the JIT specializes those for runtime layouts;
+    the GPU's static kernels lack it, session 56: ncu's kernel names, and the registers at fp32 10000)."""
+    shape = (*(None,) * (c.ndim - 1), n)
     c = dataclasses.replace(c, shape_constant=shape, shape_divisible_by=(*c.shape_divisible_by[:-1], 1))
     if strides is None:
         return c

@@ -139,10 +139,6 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   16-bit rows that load 4 or 8 bytes at a time, from 12 KB to 5 chunks of 16 KB
   (``long_static_chunk``), run the static long forward one block per row as the aligned ones do
   (session 29: 1.04-1.3x).
-- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 1025-8192 elements (the 4-warp
-  row tiles; ``word_static``): their runtime plan, compiled for the row layout, where it loads 16
-  bytes at a time, not 4 (ties within 1% at 11 of 16 lengths, 1.03-1.06x where the runtime
-  tile spilled, 0.96x at 5000).
 - session 30: fp32 rows that the forward row tiles hold at one block an SM with padded lanes
   (13313-18431 elements on 132 SMs) run that static long forward too, in 16 KB chunks at 2 blocks
   an SM (``long_static_chunk``: 1.03-1.3x, but 0.94x at 17999).
@@ -198,6 +194,10 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   ran at 4 blocks an SM with the prefetch (1.005-1.077x); session 55: the forward of 16-bit rows on
   static vector lanes runs a block a tile of 2048 elements without the loop, y scattered
   (``lanes_one_tile``: 1.05-1.18x; it replaced sessions 45's and 54's rules for those tiles).
+- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 1025-8192 elements (the 4-warp
+  row tiles; ``word_static``): their runtime plan, compiled for the row layout, where it loads 16
+  bytes at a time, not 4 (ties within 1% at 10 of 16 lengths, 1.03-1.06x at 6540-8044, 0.96x at
+  5000).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -730,20 +730,23 @@ ODD_STATIC_SPILLS = (385, 511)
 # fp32 rows of 4 | N but not 16 | N on static layouts (``word_static``, session 56): every such row
 # starts 16-byte aligned, but the JIT promises a row stride divisible by 16 elements or nothing, so
 # on runtime layouts tileiras loads and stores them 4 bytes at a time. CPU SASS of the rules'
-# runtime plans (ab/s56g-sass-shipped.txt): 1032 30 LDG and 22 STG against 1040's 6 LDG.128 and 3
-# LDG.64; 1380-12712 plain LDG only, 4x the instructions, and 6540, 7800, 7944, 8044 (4 warps) and
-# 11548, 13080 (8 warps) spill 8-32 bytes. ncu (s56d, s56f): 128 bytes a warp request at 7800 and
-# 13080, 508 at 16 | N. Compiled for the row layout the same plans load 16 bytes and hold no stack
-# (ab/s56g-sass-static.txt). H200, graph replay, about 64 Mi elements, us, runtime -> static
-# (ab/s56c, ab/s56g): on the 4-warp tiles (at most WIDE_TILE) 1380 128.9 -> 128.3, 1484 129.2 ->
-# 128.8, 2220 131.0 -> 130.3, 2600 130.5 -> 129.6, 3292 130.8 -> 131.1, 3400 131.5 -> 131.2, 3564
-# 131.0 -> 131.0, 4596 131.9 -> 131.6, 5400 131.5 -> 132.8, 6200 133.2 -> 133.3, 6540 136.3 -> 132.6,
-# 7000 141.2 -> 132.8, 7800 140.1 -> 132.9, 7944 138.8 -> 131.7, 8044 139.9 -> 131.7 (the copy
-# 127-128), but 5000 132.0 -> 137.6. On the 8-warp tiles past WIDE_TILE static layouts lost, for
-# reasons not yet profiled: 8260 137.8 -> 149.5, 9400 132.5 -> 149.7, 9460 133.4 -> 149.4, 10276
-# 134.6 -> 143.0, 11548 138.9 -> 150.3, 12600 136.6 -> 161.5, 12712 135.3 -> 161.9 (11000 141.2 ->
-# 133.4 and 13000 147.3 -> 142.2 gained): those rows stay on runtime layouts, as does the backward
-# (not measured).
+# runtime plans (ab/s56-sass-widths.txt, ab/s56g-sass-shipped.txt, ab/s56e-sass-shipped.txt): 1032
+# 30 LDG and 22 STG against 1040's 6 LDG.128 and 3 LDG.64; 1380-13080 plain LDG only, 4x the load
+# and store instructions, and 6200, 6540, 7800, 7944, 8044 (4 warps), 11548, 13000, 13080 (8 warps)
+# spill 8-32 bytes. ncu (s56d, s56f): 128 bytes a warp request at 7800 and 13080, 473-511 at 16 | N
+# (7800: 42.7 M instructions against the static tile's 19.5 M). Compiled for the row layout the
+# same plans load 16 bytes and hold no stack (ab/s56g-sass-static.txt). H200, graph replay, about 64
+# Mi elements, us, runtime -> static (ab/s56c, ab/s56g): on the 4-warp tiles (at most WIDE_TILE)
+# 1380 128.9 -> 128.3, 1484 129.2 -> 128.8, 2220 131.0 -> 130.3, 2600 130.5 -> 129.6, 3292 130.8 ->
+# 131.1, 3400 131.5 -> 131.2, 3564 131.0 -> 131.0, 4596 131.9 -> 131.6, 5400 131.5 -> 132.8, 6200
+# 133.2 -> 133.3, and the longest, 6540 136.3 -> 132.6, 7000 141.2 -> 132.8, 7800 140.1 -> 132.9, 7944
+# 138.8 -> 131.7, 8044 139.9 -> 131.7 (the copy 127-128), but 5000 132.0 -> 137.6. The gains follow
+# the tile's length more than its spills (7000 held no stack, 6200 spilled and tied). On the 8-warp
+# tiles past WIDE_TILE static layouts lost at 7 of 10 lengths, for reasons not yet profiled: 8260
+# 137.8 -> 149.5, 9400 132.5 -> 149.7, 9460 133.4 -> 149.4, 10276 134.6 -> 143.0, 11548 138.9 ->
+# 150.3, 12600 136.6 -> 161.5, 12712 135.3 -> 161.9 (9000 131.8 -> 132.1; 11000 141.2 -> 133.4 and
+# 13000 147.3 -> 142.2 gained): those rows stay on runtime layouts, as does the backward (not
+# measured).
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -1247,7 +1250,7 @@ class RowsPlan:
     bytes; kind "split" (split_plan): the same rows, each row's widths[0]-wide segments on
     cdiv(n, widths[0]) blocks that exchange their sums (grid: a multiple of that). static: the
     kernels take the row length and strides as compile-time constants (kernels.RowArray; the rules: ``static_fit``,
-    ``odd_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
+    ``odd_static``, ``word_static``, ``vector_lanes``, ``long_static_chunk``), else runtime layouts. prefetch: each
     block reads its next tile before it works on the current one (kernels.rows_bwd's PREFETCH,
     the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd's on
     persistent forward grids, probes only; the flat and the static long forwards' second pass, the
@@ -1903,7 +1906,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     lanes: whether a forward may take rows_fwd_lanes, None: where ``lanes_fit`` and no other keyword
     overrides the rules (or ``vector_lanes`` on static layouts), False for callers whose
     kernels have only the row-tile layout; static: whether the caller may run static layouts where
-    ``static_fit`` takes them, False: runtime layouts everywhere; long: True runs the long-row
+    ``static_fit`` takes them (and the runtime plans that ``odd_static``, ``word_static``,
+    ``vector_lanes`` and ``long_static_chunk`` compile), False: runtime layouts everywhere; long: True runs the long-row
     kernels (``long_plan``, chunk: their chunk in elements) whatever the row's length, None where
     ``long_fit`` or the row's length says so and no other keyword overrides the rules, False
     never: callers whose kernels have only the row-tile layout; prefetch: whether the backward's
