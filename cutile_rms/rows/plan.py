@@ -194,10 +194,10 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   ran at 4 blocks an SM with the prefetch (1.005-1.077x); session 55: the forward of 16-bit rows on
   static vector lanes runs a block a tile of 2048 elements without the loop, y scattered
   (``lanes_one_tile``: 1.05-1.18x; it replaced sessions 45's and 54's rules for those tiles).
-- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 1025-8192 elements (the 4-warp
-  row tiles; ``word_static``): their runtime plan, compiled for the row layout, where it loads 16
-  bytes at a time, not 4 (ties within 1% at 10 of 16 lengths, 1.03-1.06x at 6540-8044, 0.96x at
-  5000).
+- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 6145-8192 elements (the widest
+  4-warp row tiles, whose 4-byte loads on runtime layouts spill or wait; ``word_static``): their
+  runtime plan, compiled for the row layout, where it loads 16 bytes at a time (1.00-1.06x at 6 of
+  6 lengths; shorter rows gained nothing).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -746,7 +746,17 @@ ODD_STATIC_SPILLS = (385, 511)
 # 137.8 -> 149.5, 9400 132.5 -> 149.7, 9460 133.4 -> 149.4, 10276 134.6 -> 143.0, 11548 138.9 ->
 # 150.3, 12600 136.6 -> 161.5, 12712 135.3 -> 161.9 (9000 131.8 -> 132.1; 11000 141.2 -> 133.4 and
 # 13000 147.3 -> 142.2 gained): those rows stay on runtime layouts, as does the backward (not
-# measured).
+# measured). Nor did the shorter rows gain, and the SASS shows where the line falls
+# (ab/s56-sass-word-static-sweep.txt, every 13th length of the class, the rules' pieces): the
+# runtime 4-warp tiles hold their 4-byte loads without stack up to 5632 elements, and from 6145
+# (48 a thread) every one spills 16-32 bytes or issues 4-5 of its x loads after the first use of a
+# loaded value (the slow pattern of 16-byte tiles, bench/NOTES.md, session 56; 4-byte tiles it does
+# not sort: 6200 ran 133.2 with both), while every static one holds 124-155 registers without
+# either. Measured below 6145, static layouts bought nothing (9 of 10 lengths within 1%) and lost at
+# 5000, whose static tile (4096 + 1024 pieces) defers 2 loads; from 6145 they ran 1.00-1.06x at 6 of
+# 6 lengths. So WORD_STATIC_MIN_ELEMS; 5633-6144 (4096 + 2048: both layouts spill or defer) were not
+# measured and stay runtime.
+WORD_STATIC_MIN_ELEMS = 6145
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -1375,11 +1385,11 @@ def odd_static(n: int, elem_size: int, op: str = "forward") -> bool:
 
 
 def word_static(n: int, elem_size: int, op: str = "forward") -> bool:
-    """Whether the forward of fp32 rows of a multiple of 4 elements, not of VECTOR_ELEMS, longer
-    than STATIC_FP32_MAX_ELEMS and at most WIDE_TILE (the row tiles on 4 warps), runs its runtime
-    plan compiled for the row layout, where it loads 16 bytes at a time (the comment after
+    """Whether the forward of fp32 rows of a multiple of 4 elements, not of VECTOR_ELEMS, from
+    WORD_STATIC_MIN_ELEMS to WIDE_TILE (the widest row tiles on 4 warps), runs its runtime plan
+    compiled for the row layout, where it loads 16 bytes at a time (the comment after
     ODD_STATIC_SPILLS)."""
-    fits = STATIC_FP32_MAX_ELEMS[op] < n <= WIDE_TILE[op]
+    fits = WORD_STATIC_MIN_ELEMS <= n <= WIDE_TILE[op]
     return op == "forward" and elem_size == 4 and n % 4 == 0 and n % VECTOR_ELEMS != 0 and fits
 
 
