@@ -2165,6 +2165,42 @@ def test_word_static_plans_load_16_bytes(sass, n):
         assert (wide and r.get("STACK", 0) == 0) if static else narrow, (p, r)
 
 
+def test_deferred_loads_reads_the_schedule(sass):
+    """bench.probes.sass.deferred_loads on a hand-written listing: x loads are the LDGs whose
+    registers a square reads; one issued after the first read of an earlier one is deferred; the
+    weight's load (no square) and a loop's steady-state body (a backward branch's range) do not
+    count."""
+    listing = """
+        /*0000*/ LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/ LDG.E.128 R20, desc[UR4][R12.64] ;
+        /*0020*/ FMUL R8, R4, R4 ;
+        /*0030*/ LDG.E.128 R12, desc[UR4][R2.64+0x10] ;
+        /*0040*/ FFMA R8, R5, R5, R8 ;
+        /*0050*/ FFMA R8, R12, R12, R8 ;
+        /*0060*/ FMUL R9, R20, R8 ;
+        /*0070*/ EXIT ;
+        /*0080*/ BRA 0x80 ;
+    """
+    assert sass.deferred_loads(listing) == {"x_loads": 2, "x_bytes": 16, "deferred": 1}
+    hoisted = listing.replace("/*0020*/ FMUL R8, R4, R4", "/*0020*/ NOP").replace("/*0030*/", "/*0018*/")
+    assert sass.deferred_loads(hoisted)["deferred"] == 0
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("n", [6156, 7000])
+def test_word_static_plans_issue_their_loads_first(sass, n):
+    """The other half of plan.word_static's reason (bench/NOTES.md, session 56): its static plans
+    issue every x load before the first use of a loaded value (deferred_loads 0), where the same
+    plans on runtime layouts spill (6156) or issue 4-5 of them after it (6156, 7000)."""
+    dt = sass.ct.float32
+    runs = {}
+    for static in (True, False):
+        p = plan("forward", 99999, 1, n, 4, SMS, static=static)
+        runs[static] = sass.loop_report(p, dt, 99999, n)
+    assert runs[True]["deferred"] == 0 and runs[True]["x_loads"] > 0 and runs[True].get("STACK", 0) == 0, runs
+    assert runs[False]["deferred"] >= 4, runs
+
+
 WORD_STATIC_SHAPES = [(37, 6148), (5, 3, 7000), (9, 6540), (3, 7944), (2, 2, 8188)]
 
 

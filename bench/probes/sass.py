@@ -12,8 +12,10 @@ local memory (spills), shared memory, and counts of the memory instructions by w
 (bench/probes/rows_candidates.plan_of) and reports registers, stack and its innermost loop: its
 instructions, the rows one iteration covers (from the bytes its loads read, rounded up to a
 power of two: on static layouts the loads of lanes past N are dropped) and the warp
-instructions an element that gives on 32-lane warps (bench/NOTES.md, session 30); of each backward
-row-tile or lanes candidate, its registers, stack and memory instructions by width (session 53).
+instructions an element that gives on 32-lane warps (bench/NOTES.md, session 30), and how many of
+the row's loads a one-tile block issues after it first reads a loaded value (``deferred_loads``,
+session 56); of each backward row-tile or lanes candidate, its registers, stack and memory
+instructions by width (session 53).
 """
 
 import collections
@@ -116,18 +118,83 @@ def innermost_loop(sass: str) -> list[str]:
 
 
 def loop_report(p, dt, m, n, casting=None) -> dict:
-    """Registers, stack and innermost loop (instructions, rows an iteration, warp instructions an
-    element) of the forward row-tile or lanes kernel of plan p on C-contiguous (m, n) rows."""
+    """Registers, stack, innermost loop (instructions, rows an iteration, warp instructions an
+    element) and ``deferred_loads`` of the forward row-tile or lanes kernel of plan p on
+    C-contiguous (m, n) rows."""
     kernel, params, hints = (lanes_params(p, dt, m, n, casting) if p.kind == "lanes" else
                              rows_params(p, dt, m, 1, n, casting=casting))  # fmt: skip
     cubin = compile_cubin(kernel, params, **hints)
     res = resources(cubin)
-    body = innermost_loop(cuobjdump(cubin, "-sass"))
+    sass = cuobjdump(cubin, "-sass")
+    body = innermost_loop(sass)
     loaded = sum(_LDG_BYTES[g.group(1)] for t in body if (g := re.search(r"\bLDG\.E(\.U16|\.64|\.128)?\b", t)))
     rows = loaded * 32 * p.warps // ES[dt] / p.widths[0]
     rows = 1 << max(0, math.ceil(math.log2(rows))) if rows else 0
     per_element = len(body) * p.warps / (rows * n) if rows else float("nan")
-    return dict(res, loop=len(body), rows=rows, per_element=per_element)
+    return dict(res, loop=len(body), rows=rows, per_element=per_element, **deferred_loads(sass))
+
+
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+_LDG_REGS = {".128": 4, ".64": 2}
+_NO_DEST = ("ST", "BRA", "BAR", "EXIT", "RED", "ATOM")
+
+
+def _registers(operand: str) -> list[int]:
+    return [int(r) for r in re.findall(r"(?<![A-Z])R(\d+)", operand)]
+
+
+def deferred_loads(sass: str) -> dict:
+    """How the path a block with one tile runs (the listing up to its first unpredicated EXIT, the
+    loop's steady-state body left out) issues the row's loads (bench/NOTES.md, session 56): the x
+    loads (LDGs whose registers feed a square, FMUL or FFMA Ra, Ra), the widest of them in bytes,
+    and how many issue after the first instruction that reads an earlier x load's registers
+    ("deferred": those wait a DRAM round trip for the first batch; fp32 8-warp one-row tiles of
+    16-byte loads ran 131.5-133.8 us with none, 136.9-161.9 with any, at 64 Mi elements)."""
+    ins = []
+    for m in _INSTRUCTION.finditer(sass):
+        text = m.group(2).strip()
+        predicated = text.startswith("@")
+        op, _, args = (text.split(None, 1)[1] if predicated else text).partition(" ")
+        ins.append((int(m.group(1), 16), predicated, op, [a.strip() for a in args.split(",")]))
+    loops = []  # backward branches (but a trailing branch to itself): the loop's body
+    for addr, _, op, args in ins:
+        target = re.search(r"0x([0-9a-f]+)", args[0]) if op == "BRA" else None
+        if target and addr - int(target.group(1), 16) > 0x40:
+            loops.append((int(target.group(1), 16), addr))
+    path = []
+    for i in ins:
+        if not any(lo <= i[0] <= hi for lo, hi in loops):
+            path.append(i)
+            if i[2] == "EXIT" and not i[1]:
+                break
+    loads, owner = [], {}  # owner: register -> the load whose value it holds
+    for k, (_, _, op, args) in enumerate(path):
+        if op.startswith("LDG"):
+            width = re.search(r"\.(128|64)\b", op)
+            first = _registers(args[0])[0]
+            load = dict(k=k, x=False, read=None, bytes=4 * _LDG_REGS.get(width and "." + width.group(1), 1))
+            loads.append(load)
+            owner.update({r: load for r in range(first, first + load["bytes"] // 4)})
+            continue
+        stores = op.startswith(_NO_DEST)
+        sources = args if stores else args[1:]
+        for r in (r for a in sources for r in _registers(a)):
+            if r in owner and owner[r]["read"] is None:
+                owner[r]["read"] = k
+        squares = op.startswith(("FMUL", "FFMA")) and len(sources) >= 2 and _registers(sources[0])
+        if squares and _registers(sources[0]) == _registers(sources[1]):
+            for r in _registers(sources[0]):
+                if r in owner:
+                    owner[r]["x"] = True
+        for r in [] if stores else _registers(args[0]):
+            owner.pop(r, None)
+    x = [ld for ld in loads if ld["x"]]
+    first_read = min((ld["read"] for ld in x if ld["read"] is not None), default=len(path))
+    return dict(
+        x_loads=len(x),
+        x_bytes=max((ld["bytes"] for ld in x), default=0),
+        deferred=sum(1 for ld in x if ld["k"] > first_read),
+    )
 
 
 def _loops(path: str) -> int:
@@ -172,7 +239,8 @@ def _loops(path: str) -> int:
         )
         print(f"{c['dtype']} {c['n']} [{knobs or 'rules'}] {p.kind} {shape} {'static' if p.static else 'runtime'}: "
               f"registers {r.get('REG')}, stack {r.get('STACK', 0)}, loop {r['loop']} instructions, {r['rows']} rows, "
-              f"{r['per_element']:.2f} warp instructions an element", flush=True)  # fmt: skip
+              f"{r['per_element']:.2f} warp instructions an element, x loads {r['x_loads']} of {r['x_bytes']} bytes, "
+              f"{r['deferred']} deferred", flush=True)  # fmt: skip
     return 0
 
 
