@@ -735,13 +735,14 @@ ODD_STATIC_SPILLS = (385, 511)
 # and store instructions, and 6200, 6540, 7800, 7944, 8044 (4 warps), 11548, 13000, 13080 (8 warps)
 # spill 8-32 bytes. ncu (s56d, s56f): 128 bytes a warp request at 7800 and 13080, 473-511 at 16 | N
 # (7800: 42.7 M instructions against the static tile's 19.5 M). Compiled for the row layout the
-# same plans load 16 bytes and hold no stack (ab/s56g-sass-static.txt). H200, graph replay, about 64
+# same 4-warp plans load 16 bytes and hold no stack (ab/s56g-sass-static.txt). H200, graph replay, about 64
 # Mi elements, us, runtime -> static (ab/s56c, ab/s56g): on the 4-warp tiles (at most WIDE_TILE)
 # 1380 128.9 -> 128.3, 1484 129.2 -> 128.8, 2220 131.0 -> 130.3, 2600 130.5 -> 129.6, 3292 130.8 ->
 # 131.1, 3400 131.5 -> 131.2, 3564 131.0 -> 131.0, 4596 131.9 -> 131.6, 5400 131.5 -> 132.8, 6200
 # 133.2 -> 133.3, and the longest, 6540 136.3 -> 132.6, 7000 141.2 -> 132.8, 7800 140.1 -> 132.9, 7944
 # 138.8 -> 131.7, 8044 139.9 -> 131.7 (the copy 127-128), but 5000 132.0 -> 137.6. The gains follow
-# the tile's length more than its spills (7000 held no stack, 6200 spilled and tied). On the 8-warp
+# the tile's length more than its spills (7000's runtime tile holds no stack but defers 5 loads;
+# 6200's spills and tied). On the 8-warp
 # tiles past WIDE_TILE static layouts lost at 7 of 10 lengths, for reasons not yet profiled: 8260
 # 137.8 -> 149.5, 9400 132.5 -> 149.7, 9460 133.4 -> 149.4, 10276 134.6 -> 143.0, 11548 138.9 ->
 # 150.3, 12600 136.6 -> 161.5, 12712 135.3 -> 161.9 (9000 131.8 -> 132.1; 11000 141.2 -> 133.4 and
