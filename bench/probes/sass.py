@@ -97,20 +97,31 @@ def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
             ops[re.sub(r"\.(E|CONSTANT|STRONG|GPU|SYS|EF|EL|LU|ZFILL|LTC\d+B)\b", "", op)] += 1
     out["ops"] = dict(ops)
     out["instructions"] = sum(1 for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line))
+    out.update(deferred_loads(sass))
     return out
 
 
 _LDG_BYTES = {".U16": 2, ".64": 8, ".128": 16, None: 4}
 
 
-def innermost_loop(sass: str) -> list[str]:
-    """The instructions of the shortest loop (a backward branch's range) of a SASS listing."""
-    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
-    loops = [
+def instructions(sass: str) -> list[tuple[int, str]]:
+    """(address, text) of each instruction of a SASS listing."""
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
+
+
+def _backward_branches(ins) -> list[tuple[int, int]]:
+    """(target, address) of each branch of ``instructions`` to an earlier address: a loop's range."""
+    return [
         (int(b.group(1), 16), a)
         for a, t in ins
         if (b := re.search(r"BRA (0x[0-9a-f]+)", t)) and int(b.group(1), 16) < a
     ]
+
+
+def innermost_loop(sass: str) -> list[str]:
+    """The instructions of the shortest loop (a backward branch's range) of a SASS listing."""
+    ins = instructions(sass)
+    loops = _backward_branches(ins)
     if not loops:
         return []
     lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
@@ -134,7 +145,6 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
     return dict(res, loop=len(body), rows=rows, per_element=per_element, **deferred_loads(sass))
 
 
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 _LDG_REGS = {".128": 4, ".64": 2}
 _NO_DEST = ("ST", "BRA", "BAR", "EXIT", "RED", "ATOM")
 
@@ -150,17 +160,13 @@ def deferred_loads(sass: str) -> dict:
     and how many issue after the first instruction that reads an earlier x load's registers
     ("deferred": those wait a DRAM round trip for the first batch; fp32 8-warp one-row tiles of
     16-byte loads ran 131.5-133.8 us with none, 136.9-161.9 with any, at 64 Mi elements)."""
+    listing = instructions(sass)
+    loops = [(lo, hi) for lo, hi in _backward_branches(listing) if hi - lo > 0x40]  # the loops' bodies
     ins = []
-    for m in _INSTRUCTION.finditer(sass):
-        text = m.group(2).strip()
+    for addr, text in listing:
         predicated = text.startswith("@")
         op, _, args = (text.split(None, 1)[1] if predicated else text).partition(" ")
-        ins.append((int(m.group(1), 16), predicated, op, [a.strip() for a in args.split(",")]))
-    loops = []  # backward branches (but a trailing branch to itself): the loop's body
-    for addr, _, op, args in ins:
-        target = re.search(r"0x([0-9a-f]+)", args[0]) if op == "BRA" else None
-        if target and addr - int(target.group(1), 16) > 0x40:
-            loops.append((int(target.group(1), 16), addr))
+        ins.append((addr, predicated, op, [a.strip() for a in args.split(",")]))
     path = []
     for i in ins:
         if not any(lo <= i[0] <= hi for lo, hi in loops):
