@@ -482,6 +482,13 @@ def _rows_jobs(add):
             _rows_job(add, "word static", "forward", p, n, "float32", "float32", store=store)
         _rows_job(add, "word static heads", "forward", plan("forward", 4096, 6, n, 4, 132), n, "float32", None,
                   b_one=False)  # fmt: skip
+    # fp32 rows of 16 | N, 8193-13312, forward (plan.wide_one_tile): a block a row without the
+    # loop, 8192 + a padded power of two and one padded 16384 piece, with and without rstd
+    for n in (9360, 12432):
+        p = plan("forward", 4099, 1, n, 4, 132)
+        assert p.kind == "tile" and not p.loop and not p.static, p
+        for store in (True, False):
+            _rows_job(add, "wide one tile", "forward", p, n, "float32", "float32", store=store)
     # gathered multi-row backward tiles that overhang A: with the prefetch (two loops, kernels._whole_tiles,
     # 678 on runtime layouts) and without it (one loop with a branch a tile: static 8 x 256 at 8 blocks)
     for n in (678, 136):

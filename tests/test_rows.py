@@ -65,6 +65,7 @@ from cutile_rms.rows.plan import (
     static_fit,
     unaligned,
     vector_lanes,
+    wide_one_tile,
     word_static,
 )
 from cutile_rms.rows.plan import (
@@ -2124,23 +2125,26 @@ def test_fp32_backward_rule():
 
 
 def test_word_static():
-    """The forward of fp32 rows of 4 | N, not 16 | N, of 6145-8192 elements (the widest 4-warp row
-    tiles) keeps its runtime plan, compiled for the row layout (session 56), at every row count
-    (batch invariance); the backward, shorter rows, 16 | N, 2 mod 4, 16-bit rows and the 8-warp
-    tiles past 8192 do not."""
+    """The forward of fp32 rows of 4 | N, not 16 | N, of 5633-8192 elements (the rules' 4096 + 2048
+    pieces and up to the widest 4-warp row tiles) keeps its runtime plan, compiled for the row
+    layout (sessions 56-57), at every row count (batch invariance); the backward, shorter rows, 16 | N,
+    2 mod 4, 16-bit rows and the 8-warp tiles past 8192 do not."""
     for n, es, op, on in ((6148, 4, "forward", True), (6540, 4, "forward", True), (7000, 4, "forward", True),
-                          (7944, 4, "forward", True), (8188, 4, "forward", True), (6140, 4, "forward", False),
+                          (7944, 4, "forward", True), (8188, 4, "forward", True), (6140, 4, "forward", True),
+                          (5636, 4, "forward", True), (5628, 4, "forward", False), (5652, 4, "forward", True),
                           (5000, 4, "forward", False), (1380, 4, "forward", False), (6160, 4, "forward", False),
                           (6146, 4, "forward", False), (8196, 4, "forward", False), (9460, 4, "forward", False),
                           (6540, 4, "backward", False), (6540, 2, "forward", False)):  # fmt: skip
         assert word_static(n, es, op) == on, (n, es, op)
-    for n in (6148, 6540, 7000, 7944, 8188):
+    assert plan("forward", 99, 1, 5636, 4, SMS).widths[:2] == (4096, 2048)  # where the line falls
+    assert plan("forward", 99, 1, 5628, 4, SMS).widths[:2] == (4096, 1024)
+    for n in (5636, 6148, 6540, 7000, 7944, 8188):
         for a in (1, 7, 132, 4099, 100000):
             p = plan("forward", a, 1, n, 4, SMS)
             runtime = plan("forward", a, 1, n, 4, SMS, static=False)
             assert p.kind == "tile" and p.static and dataclasses.replace(p, static=False) == runtime, (n, a)
         assert not plan("backward", 4099, 1, n, 4, SMS).static, n
-    for n in (1380, 5000, 6140, 6160, 8196, 9460, 12712):
+    for n in (1380, 5000, 5628, 6160, 8196, 9460, 12712):
         assert not plan("forward", 4099, 1, n, 4, SMS).static, n
 
 
@@ -2188,7 +2192,7 @@ def test_deferred_loads_reads_the_schedule(sass):
     assert sass.deferred_loads(hoisted)["deferred"] == 0
 
 
-WORD_STATIC_SHAPES = [(37, 6148), (5, 3, 7000), (9, 6540), (3, 7944), (2, 2, 8188)]
+WORD_STATIC_SHAPES = [(11, 5652), (37, 6148), (5, 3, 7000), (9, 6540), (3, 7944), (2, 2, 8188)]
 
 
 @pytest.mark.parametrize("shape", WORD_STATIC_SHAPES, ids=str)
@@ -2221,6 +2225,74 @@ def test_word_static_head_view(dev, hd, gen, monkeypatch):
     tols = tolerances(torch.float32, torch.float32, "gemma")
     check_all({"y": y, "dx": dqkv[..., : heads * hd].reshape(q.shape), "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tols)
     assert torch.count_nonzero(dqkv[..., heads * hd :]) == 0
+
+
+def test_wide_one_tile():
+    """The forward of 2-D fp32 rows of 16 | N past the 4-warp tiles (8193-13312) runs its one-row
+    8-warp tile a block a row without the loop, in two pieces (plan.wide_one_tile, session 57),
+    at every row count (the plan ab/s57d measured: the rules' but max_pieces=2 and loop=False);
+    4 | N rows not of 16 | N, 16-bit rows, views (B > 1), the backward, rows past 13312, callers
+    that pass fill=False or their own plan keywords keep the loop and the rules' pieces."""
+    for n, es, op, b, on in ((8208, 4, "forward", 1, True), (9360, 4, "forward", 1, True),
+                             (12432, 4, "forward", 1, True), (13312, 4, "forward", 1, True),
+                             (8192, 4, "forward", 1, False), (13328, 4, "forward", 1, False),
+                             (8264, 4, "forward", 1, False), (9360, 2, "forward", 1, False),
+                             (9360, 4, "backward", 1, False), (9360, 4, "forward", 2, False)):  # fmt: skip
+        assert wide_one_tile(op, b, n, es) == on, (n, es, op, b)
+    for n in (8208, 8848, 9360, 10560, 10768, 11040, 12304, 12432, 12896, 13312):
+        for a in (1, 7, 132, 4099, 100000):
+            p = plan("forward", a, 1, n, 4, SMS)
+            measured = plan("forward", a, 1, n, 4, SMS, max_pieces=2, persistent=False)
+            assert p == dataclasses.replace(measured, loop=False) and p.warps == 8 and not p.static, (n, a, p)
+            assert len([w for w in p.widths if w]) <= 2 and p.grid == a, p
+            kept = plan("forward", a, 1, n, 4, SMS, fill=False)
+            assert kept.loop and kept.widths == _three_pieces(a, n), kept
+    for n in (8264, 8964, 11944, 13276):  # 4-byte loads: the loop and the rules' pieces
+        p = plan("forward", 4099, 1, n, 4, SMS)
+        assert p.loop and p.widths == _three_pieces(4099, n), (n, p)
+    assert plan("forward", 4099, 1, 13328, 4, SMS).kind == "long"  # past 13312: the static long forward
+
+
+def _three_pieces(a, n):
+    """The pieces of the rules' fp32 forward tile without plan.wide_one_tile (max_pieces named)."""
+    return plan("forward", a, 1, n, 4, SMS, max_pieces=3, persistent=False).widths
+
+
+@pytest.mark.compile
+def test_wide_one_tile_issues_every_load_first(sass):
+    """Why plan.wide_one_tile holds (bench/NOTES.md, sessions 56-57): at 12432 (8192 + 4096 + 512
+    pieces) the looped tile issues x loads after the first use of a loaded value (and spills);
+    the rule's tile (one 16384 piece, no loop) issues every x load first, 16 bytes at a time,
+    without stack. tileiras 13.4, sm_90."""
+    dt, n = sass.ct.float32, 12432
+    rule = plan("forward", 5398, 1, n, 4, SMS)
+    loop = plan("forward", 5398, 1, n, 4, SMS, fill=False)
+    reports = {}
+    for name, p in (("rule", rule), ("loop", loop)):
+        kernel, params, hints = sass.rows_params(p, dt, 5398, 1, n)
+        reports[name] = sass.compile_report(kernel, params, **hints)
+    r, lp = reports["rule"], reports["loop"]
+    assert r["deferred"] == 0 and r["x_loads"] > 0 and r["x_bytes"] == 16 and r.get("STACK", 0) == 0, r
+    assert lp["deferred"] >= 1, lp
+
+
+WIDE_ONE_SHAPES = [(7, 8208), (3, 9360), (2, 2, 12432), (3, 13312)]
+
+
+@pytest.mark.parametrize("shape", WIDE_ONE_SHAPES, ids=str)
+@pytest.mark.parametrize("has_weight,offset", [(True, 0.0), (True, 1.0), (False, 0.0)], ids=["w", "w+1", "no-w"])
+def test_wide_one_tile_rows(dev, shape, has_weight, offset, gen):
+    """The rules' forward plans of fp32 rows of 16 | N, 8193-13312 (plan.wide_one_tile: a block a
+    row without the loop, 8192 and a padded power of two, or one padded 16384 piece past 12288),
+    contiguous 2-D and 3-D inputs (one row group), with and without a weight; y, rstd, dx and dw
+    against float64."""
+    n = shape[-1]
+    assert not plan("forward", 7, 1, n, 4, SMS).loop, n
+
+    def plan_of(op, *args):  # (the rules leave these rows' backward to the core: the long one here)
+        return plan(op, *args) if op == "forward" else long_plan(op, *args)
+
+    _check_planned(dev, shape, torch.float32, "gemma", has_weight, offset, gen, plan_of)
 
 
 def test_odd_static():

@@ -371,6 +371,31 @@ MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte ga
 # they take the core's own tile instead (``lone_tma``, below). Gathered tiles lost (fp32 15036, 15480:
 # 150.2 / 148.2 -> 166.8 / 163.3).
 LONE_TILES_PER_SM = 8
+# Wide one-row tiles, forward (``wide_one_tile``, session 57): fp32 rows of 16 | N past WIDE_TILE
+# (one-row tiles on 8 warps, 16-byte loads on runtime layouts) to WIDE_ONE_TILE_MAX_ELEMS, 2-D,
+# run a block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces. Their grid is the
+# rows already (fp32 tiles are not persistent), so the loop ran once a block; with it the block loads
+# the weight up front (live through the row) and tileiras issues some of the row's x loads only
+# after its first use of a loaded value, so they wait a whole DRAM round trip (``deferred_loads`` of
+# bench/probes/sass.py, bench/NOTES.md, sessions 56-57). CPU SASS (sm_90, hint 2; ab/s56-sass-fp32-
+# band8.txt, ab/s57c-sass-noloop-variants.txt, ab/s57d-sass-noloop2.txt), the first padded and the
+# exact length of each of the rules' 10 piece sets of 8193-13312: with the loop 11 of 20 kernels
+# defer 1-6 x loads (12304 also spills 48 bytes); without it, on the rules' three pieces, 3 of 20
+# defer one ((8192, 2048, 1024), (8192, 4096, 1024)); without it in two pieces (8192 and the next
+# power of two, or one 16384 piece past 12288: padded lanes cost issue slots, no DRAM bytes) none
+# of 20 defers, at 64-98 registers without stack. H200, graph replay, about 64 Mi elements, us, the
+# loop -> a block a row without it in two pieces (ab/s57d, fresh lengths, seed 5701; the copy
+# 128): 10560 143.1 -> 132.1, 12432 161.6 -> 133.7, 12464 163.2 -> 132.9, 12592 163.2 -> 133.9, 12896
+# 143.8 -> 133.0, 12912 142.8 -> 133.9 (where the loop defers), 9760 132.5 -> 133.0, 9872 133.2 ->
+# 133.5, 10976 133.1 -> 132.6, 11072 132.3 -> 132.0, 11344 132.9 -> 133.1 (where it does not), 8848
+# 131.6 -> 133.3 (0.99x); on the three pieces (ab/s57a) 9360 149.4 -> 132.5 and 12880 143.4 -> 135.4,
+# but 10768 132.4 -> 139.4 and 11040 132.2 -> 138.2, the sets that defer one: hence two pieces.
+# Rows of 4 | N, not 16 | N (4-byte loads) lost without the loop (8264, 8964, 11944, 13064, 13276:
+# 0.95-0.98x; 13064 and 13276 compile to 146 registers): they keep it. Past 13312 the rules run the
+# static long forward; callers without static layouts keep the loop there (not measured), as do
+# views (B > 1) and callers that pass fill=False (not measured).
+WIDE_ONE_TILE_PIECES = 2
+WIDE_ONE_TILE_MAX_ELEMS = 8192 + 4096 + 1024  # the rules' widest row tile of 16 | N rows (13312)
 # fp32 lone tiles on the core's tile (``lone_tma``, session 44): fp32 rows that the core takes as one
 # block an SM (its power-of-two TMA tile: 14336-16384, a multiple of 4) run that tile as a row tile,
 # one padded piece of TMA loads, a block a row without the loop at hint LONE_TMA_HINT. Its bits are
@@ -755,9 +780,15 @@ ODD_STATIC_SPILLS = (385, 511)
 # not sort: 6200 ran 133.2 with both), while every static one holds 124-155 registers without
 # either. Measured below 6145, static layouts bought nothing (9 of 10 lengths within 1%) and lost at
 # 5000, whose static tile (4096 + 1024 pieces) defers 2 loads; from 6145 they ran 1.00-1.06x at 6 of
-# 6 lengths. So WORD_STATIC_MIN_ELEMS; 5633-6144 (4096 + 2048: both layouts spill or defer) were not
-# measured and stay runtime.
-WORD_STATIC_MIN_ELEMS = 6145
+# 6 lengths. Session 57 (ab/s57h, s57e; the same method) held it out and measured 5633-6144, the
+# rules' 4096 + 2048 pieces, where the SASS said both layouts spill or defer: fresh lengths of the
+# class 6412-8168 ran runtime -> static 1.00-1.08x (6648 132.9 -> 132.4, 6788 141.5 -> 131.5, 8132
+# 140.3 -> 132.0), and 5640, 5652, 5800, 6004, 6028, 6116 1.00-1.03x (6116 136.2 -> 132.4), none
+# slower; under 5633 (4096 + 1024 and shorter pieces) static lost again (4708 131.2 -> 140.3, 5000
+# 130.9 -> 136.6, 2472 130.7 -> 133.9). So WORD_STATIC_MIN_ELEMS is where the rules' pieces become
+# 4096 + 2048; the deferred-load reading of the SASS (which called 5633-6144 a loss) does not sort
+# these 4-warp tiles.
+WORD_STATIC_MIN_ELEMS = 4096 + 1024 + 512 + 1  # 5633
 # Unaligned rows longer than the row tiles take (MAX_ROW_ELEMS), and aligned 16-bit forward rows
 # that ``long_fit`` names (session 21, below): kernels.rows_*_long, in chunks of
 # LONG_CHUNK_BYTES[op] on LONG_WARPS[op] warps (SASS, sm_90: 16 KB forward chunks 104-112
@@ -1324,6 +1355,15 @@ def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
+def wide_one_tile(op: str, b: int, n: int, elem_size: int) -> bool:
+    """Whether the forward of 2-D (b == 1) fp32 rows of a multiple of VECTOR_ELEMS elements (16-byte
+    loads on runtime layouts) past WIDE_TILE, up to WIDE_ONE_TILE_MAX_ELEMS, runs its one-row
+    8-warp tiles a block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces (see
+    WIDE_ONE_TILE_PIECES). A function of n and the layout, not of the row count."""
+    fits = WIDE_TILE[op] < n <= WIDE_ONE_TILE_MAX_ELEMS and n % VECTOR_ELEMS == 0
+    return op == "forward" and b == 1 and elem_size == 4 and fits
+
+
 def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int, core_bits: bool = False) -> bool:
     """Whether the forward of fp32 rows that the core's TMA tile takes as one block an SM (the
     caller, ``plan``, checks that the core takes them) runs that tile as a row tile (TMA loads, one
@@ -1614,7 +1654,7 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM, or past them (LONG_FP32_*)
         if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES or n & (n - 1) == 0:
             return 0
-        tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False)
+        tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False, fill=False)  # (its own tile)
         padded = tile is not None and tile.occupancy == 1 and tile.check_n  # (exact pieces: s30d)
         core = tile is None and row % LONG_FP32_CORE_LINE_BYTES != 0  # the core's rows, but line-aligned ones
         return LONG_WIDE_CHUNK_BYTES // elem_size if padded or core else 0
@@ -1990,9 +2030,10 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # (odd 16-bit 257-511: lanes=False only)
             pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
+    wide_one = fill and not overridden and wide_one_tile(op, b, n, elem_size)  # (WIDE_ONE_TILE_PIECES above)
     if max_pieces is None:  # (one padded piece for the gathered 16-bit backward: PADDED_BWD_MIN_SHARE above)
         padded = op == "backward" and static and padded_backward(n, elem_size)
-        max_pieces = 1 if one_piece or padded else MAX_PIECES
+        max_pieces = 1 if one_piece or padded else WIDE_ONE_TILE_PIECES if wide_one else MAX_PIECES
     odd_short = short and n & (n - 1) and not (op == "backward" and short_backward(n, elem_size))
     if elem_size < 4 and not any_length and not static and (n % VECTOR_ELEMS or odd_short):
         return None  # (static: rows of a multiple of 8, not 16, elements, which only static layouts load 16 B)
@@ -2099,6 +2140,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
         prefetch = bool(prefetch) and grid < tiles and loads != LOADS_GATHER
     elif prefetch is None:
         prefetch = _prefetches(need, occupancy, threads)
-    loop = not (fill and grid == tiles and (many or lone or one_tile(op, rows, ps, n, elem_size, threads, loads)))
+    one = wide_one or one_tile(op, rows, ps, n, elem_size, threads, loads)
+    loop = not (fill and grid == tiles and (many or lone or one))
     return RowsPlan(op, tile_a, tile_b, widths, warps, occupancy, grid, a % tile_a != 0, width != n, loads, "tile", 0,
                     static or (compiled and op == "forward"), prefetch=prefetch, loop=loop)  # fmt: skip
