@@ -194,10 +194,13 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   ran at 4 blocks an SM with the prefetch (1.005-1.077x); session 55: the forward of 16-bit rows on
   static vector lanes runs a block a tile of 2048 elements without the loop, y scattered
   (``lanes_one_tile``: 1.05-1.18x; it replaced sessions 45's and 54's rules for those tiles).
-- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 6145-8192 elements (the widest
+- session 56: the forward of fp32 rows of 4 | N, not 16 | N, of 5633-8192 elements (the widest
   4-warp row tiles, whose 4-byte loads on runtime layouts spill or wait; ``word_static``): their
   runtime plan, compiled for the row layout, where it loads 16 bytes at a time (1.00-1.06x at 6 of
-  6 lengths; shorter rows gained nothing).
+  6 lengths; shorter rows gained nothing); session 57 moved its line to 5633 (the 4096 + 2048
+  pieces: 1.00-1.03x at 9 lengths). Session 57: the forward of 2-D fp32 rows of 16 | N, 8193-13312
+  (one-row 8-warp tiles), runs a block a row without the loop in at most two pieces
+  (``wide_one_tile``: 1.07-1.23x where the loop's tile issued loads late, 0.99-1.00x elsewhere).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
