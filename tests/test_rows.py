@@ -2173,9 +2173,10 @@ def test_word_static_plans_load_16_bytes(sass, n, deferred):
 
 
 def test_deferred_loads_reads_the_schedule(sass):
-    """bench.probes.sass.deferred_loads on a hand-written listing: x loads are the LDGs whose
-    registers a square reads; one issued after the first read of an earlier one is deferred; the
-    weight's load (no square) does not count, nor does a trailing branch to itself make a loop."""
+    """bench.probes.sass.deferred_loads on hand-written listings: x loads are the LDGs whose
+    registers a square reads, directly or widened from 16-bit halves; one issued after the first
+    read of an earlier one is deferred; the weight's load (no square) does not count, nor does a
+    trailing branch to itself make a loop."""
     listing = """
         /*0000*/ LDG.E.128 R4, desc[UR4][R2.64] ;
         /*0010*/ LDG.E.128 R20, desc[UR4][R12.64] ;
@@ -2190,6 +2191,19 @@ def test_deferred_loads_reads_the_schedule(sass):
     assert sass.deferred_loads(listing) == {"x_loads": 2, "x_bytes": 16, "deferred": 1}
     hoisted = listing.replace("/*0020*/ FMUL R8, R4, R4", "/*0020*/ NOP").replace("/*0030*/", "/*0018*/")
     assert sass.deferred_loads(hoisted)["deferred"] == 0
+    # bf16: each half is widened to fp32 (SHF.L for the low one, PRMT then SHF.L for the high one)
+    # before its square; widening the first load's word already waits for it
+    packed = """
+        /*0000*/ LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/ SHF.L.U32 R8, R4, 0x10, RZ ;
+        /*0020*/ LDG.E.128 R12, desc[UR4][R2.64+0x800] ;
+        /*0030*/ FMUL R9, R8, R8 ;
+        /*0040*/ PRMT R10, R12, 0x7632, R10 ;
+        /*0050*/ SHF.L.U32 R10, R10, 0x10, RZ ;
+        /*0060*/ FFMA R9, R10, R10, R9 ;
+        /*0070*/ EXIT ;
+    """
+    assert sass.deferred_loads(packed) == {"x_loads": 2, "x_bytes": 16, "deferred": 1}
 
 
 WORD_STATIC_SHAPES = [(11, 5652), (37, 6148), (5, 3, 7000), (9, 6540), (3, 7944), (2, 2, 8188)]
@@ -2358,8 +2372,8 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
     blocks, rows past 5 chunks, runtime layouts and the backward keep their plans."""
     taken = []
     for n in range(3001, 21000, 37):
-        tile = plan("forward", 99999, 1, n, 4, SMS, static=False, long=False)
-        core = tile is None and n * 4 % 128 != 0  # (LONG_FP32_CORE_LINE_BYTES)
+        tile = plan("forward", 99999, 1, n, 4, SMS, static=False, long=False, fill=False)  # (its own tile: not
+        core = tile is None and n * 4 % 128 != 0  # plan.wide_one_tile's) (LONG_FP32_CORE_LINE_BYTES)
         one_block = (core or (tile is not None and tile.occupancy == 1 and tile.check_n)) and n * 4 <= 5 * 16384
         p = plan("forward", 99999, 1, n, 4, SMS)
         assert (p is not None and p.kind == "long") == one_block, (n, p)
@@ -2367,7 +2381,7 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
         if one_block:
             taken.append(n)
             assert (p.widths[0], p.occupancy, p.grid, p.static, p.unroll) == (4096, 2, 99999, True, True), (n, p)
-            assert plan("forward", 99999, 1, n, 4, SMS, static=False) == tile  # (None: the core)
+            assert plan("forward", 99999, 1, n, 4, SMS, static=False, fill=False) == tile  # (None: the core)
             assert plan("backward", 99999, 1, n, 4, SMS) == plan("backward", 99999, 1, n, 4, SMS, static=False)
     assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
     for n in (17408, 17920, 18432):  # pieces without padded lanes: the row tile (s30d)

@@ -146,6 +146,9 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
 
 
 _LDG_REGS = {".128": 4, ".64": 2}
+# the instructions that widen a loaded 16-bit half to fp32 before it is squared (bf16: SHF.L / PRMT /
+# IMAD.U32 / LOP3 on the packed word; fp16: HADD2.F32): their result counts as the load's value
+_UNPACK = ("SHF", "PRMT", "IMAD.U32", "LOP3", "HADD2.F32", "F2F")
 _NO_DEST = ("ST", "BRA", "BAR", "EXIT", "RED", "ATOM")
 
 
@@ -156,7 +159,8 @@ def _registers(operand: str) -> list[int]:
 def deferred_loads(sass: str) -> dict:
     """How the path a block with one tile runs (the listing up to its first unpredicated EXIT, the
     loop's steady-state body left out) issues the row's loads (bench/NOTES.md, session 56): the x
-    loads (LDGs whose registers feed a square, FMUL or FFMA Ra, Ra), the widest of them in bytes,
+    loads (LDGs whose registers feed a square, FMUL or FFMA Ra, Ra, directly or through the
+    instructions that widen 16-bit halves, _UNPACK), the widest of them in bytes,
     and how many issue after the first instruction that reads an earlier x load's registers
     ("deferred": those wait a DRAM round trip for the first batch; fp32 8-warp one-row tiles of
     16-byte loads ran 131.5-133.8 us with none, 136.9-161.9 with any, at 64 Mi elements)."""
@@ -192,8 +196,11 @@ def deferred_loads(sass: str) -> dict:
             for r in _registers(sources[0]):
                 if r in owner:
                     owner[r]["x"] = True
+        held = next((owner[r] for a in sources for r in _registers(a) if r in owner), None)
         for r in [] if stores else _registers(args[0]):
             owner.pop(r, None)
+        if held is not None and op.startswith(_UNPACK) and not stores:  # a 16-bit half widened to fp32
+            owner.update({r: held for r in _registers(args[0])})
     x = [ld for ld in loads if ld["x"]]
     first_read = min((ld["read"] for ld in x if ld["read"] is not None), default=len(path))
     return dict(
