@@ -2257,7 +2257,8 @@ def test_wide_one_tile():
         for a in (1, 7, 132, 4099, 100000):
             p = plan("forward", a, 1, n, 4, SMS)
             measured = plan("forward", a, 1, n, 4, SMS, max_pieces=2, persistent=False)
-            assert p == dataclasses.replace(measured, loop=False) and p.warps == 8 and not p.static, (n, a, p)
+            assert measured.loop and p == dataclasses.replace(measured, loop=False), (n, a, p)  # (keywords: the loop)
+            assert p.warps == 8 and not p.static, p
             assert len([w for w in p.widths if w]) <= 2 and p.grid == a, p
             kept = plan("forward", a, 1, n, 4, SMS, fill=False)
             assert kept.loop and kept.widths == _three_pieces(a, n), kept

@@ -1657,7 +1657,9 @@ def long_static_chunk(n: int, elem_size: int, num_sms: int, static: bool = True)
     if elem_size == 4:  # fp32 rows the row tiles hold at one block an SM, or past them (LONG_FP32_*)
         if not static or row > LONG_UNROLL_MAX_CHUNKS * LONG_WIDE_CHUNK_BYTES or n & (n - 1) == 0:
             return 0
-        tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False, fill=False)  # (its own tile)
+        # (fill=False: the tile without ``wide_one_tile``, whose one 16384 piece past 12288 is planned at
+        # hint 1 and measured on that tile, not on this forward)
+        tile = plan("forward", 1, 1, n, elem_size, num_sms, static=False, long=False, fill=False)
         padded = tile is not None and tile.occupancy == 1 and tile.check_n  # (exact pieces: s30d)
         core = tile is None and row % LONG_FP32_CORE_LINE_BYTES != 0  # the core's rows, but line-aligned ones
         return LONG_WIDE_CHUNK_BYTES // elem_size if padded or core else 0
