@@ -2242,26 +2242,29 @@ def test_word_static_head_view(dev, hd, gen, monkeypatch):
 
 
 def test_wide_one_tile():
-    """The forward of 2-D fp32 rows of 16 | N past the 4-warp tiles (8193-13312) runs its one-row
-    8-warp tile a block a row without the loop, in two pieces (plan.wide_one_tile, session 57),
-    at every row count (the plan ab/s57d measured: the rules' but max_pieces=2 and loop=False);
-    4 | N rows not of 16 | N, 16-bit rows, views (B > 1), the backward, rows past 13312, callers
-    that pass fill=False or their own plan keywords keep the loop and the rules' pieces."""
-    for n, es, op, b, on in ((8208, 4, "forward", 1, True), (9360, 4, "forward", 1, True),
-                             (12432, 4, "forward", 1, True), (13312, 4, "forward", 1, True),
-                             (8192, 4, "forward", 1, False), (13328, 4, "forward", 1, False),
-                             (8264, 4, "forward", 1, False), (9360, 2, "forward", 1, False),
-                             (9360, 4, "backward", 1, False), (9360, 4, "forward", 2, False)):  # fmt: skip
-        assert wide_one_tile(op, b, n, es) == on, (n, es, op, b)
-    for n in (8208, 8848, 9360, 10560, 10768, 11040, 12304, 12432, 12896, 13312):
+    """The forward of fp32 rows of 16 | N past the 4-warp tiles (8193-13312) runs its one-row 8-warp
+    tile a block a row without the loop, in two pieces (plan.wide_one_tile, session 57), at every
+    row count and for views too (the plan ab/s57d measured: the rules' but max_pieces=2 and
+    loop=False), so a row of a head view gets the same kernel at M = 1 (planned as 2-D rows,
+    torch_impl.row_groups) as at M > 1; 4 | N rows not of 16 | N, 16-bit rows, the backward, rows
+    past 13312, callers that pass fill=False or their own plan keywords keep the loop and the rules'
+    pieces."""
+    for n, es, op, on in ((8208, 4, "forward", True), (9360, 4, "forward", True), (12432, 4, "forward", True),
+                          (13312, 4, "forward", True), (8192, 4, "forward", False), (13328, 4, "forward", False),
+                          (8264, 4, "forward", False), (9360, 2, "forward", False),
+                          (9360, 4, "backward", False)):  # fmt: skip
+        assert wide_one_tile(op, n, es) == on, (n, es, op)
+    kernel = lambda p: (p.widths, p.warps, p.occupancy, p.loop, p.static, p.loads)  # noqa: E731
+    for n in (8208, 8848, 9360, 10304, 10560, 10768, 11040, 12304, 12432, 12896, 13312):
         for a in (1, 7, 132, 4099, 100000):
             p = plan("forward", a, 1, n, 4, SMS)
             measured = plan("forward", a, 1, n, 4, SMS, max_pieces=2, persistent=False)
             assert measured.loop and p == dataclasses.replace(measured, loop=False), (n, a, p)  # (keywords: the loop)
-            assert p.warps == 8 and not p.static, p
-            assert len([w for w in p.widths if w]) <= 2 and p.grid == a, p
+            assert p.warps == 8 and not p.static and len([w for w in p.widths if w]) <= 2 and p.grid == a, p
             kept = plan("forward", a, 1, n, 4, SMS, fill=False)
             assert kept.loop and kept.widths == _three_pieces(a, n), kept
+            view = plan("forward", a, 8, n, 4, SMS)  # (a, 8 heads, n); at a = 1: plan(8, 1, n)
+            assert kernel(view) == kernel(p) == kernel(plan("forward", 8, 1, n, 4, SMS)) and view.grid == 8 * a, view
     for n in (8264, 8964, 11944, 13276):  # 4-byte loads: the loop and the rules' pieces
         p = plan("forward", 4099, 1, n, 4, SMS)
         assert p.loop and p.widths == _three_pieces(4099, n), (n, p)
@@ -2276,9 +2279,9 @@ def _three_pieces(a, n):
 @pytest.mark.compile
 def test_wide_one_tile_issues_every_load_first(sass):
     """Why plan.wide_one_tile holds (bench/NOTES.md, sessions 56-57): at 12432 (8192 + 4096 + 512
-    pieces) the looped tile issues x loads after the first use of a loaded value (and spills);
-    the rule's tile (one 16384 piece, no loop) issues every x load first, 16 bytes at a time,
-    without stack. tileiras 13.4, sm_90."""
+    pieces) the looped tile issues x loads after the first use of a loaded value; the rule's tile
+    (one 16384 piece, no loop) issues every x load first, 16 bytes at a time, without stack.
+    tileiras 13.4, sm_90."""
     dt, n = sass.ct.float32, 12432
     rule = plan("forward", 5398, 1, n, 4, SMS)
     loop = plan("forward", 5398, 1, n, 4, SMS, fill=False)
@@ -2308,6 +2311,25 @@ def test_wide_one_tile_rows(dev, shape, has_weight, offset, gen):
         return plan(op, *args) if op == "forward" else long_plan(op, *args)
 
     _check_planned(dev, shape, torch.float32, "gemma", has_weight, offset, gen, plan_of)
+
+
+@pytest.mark.parametrize("hd", [9360, 12432], ids=str)
+def test_wide_one_tile_head_view(dev, hd, gen):
+    """plan.wide_one_tile on a head view of a fused projection (row strides of 3 heads, B = 4), read
+    in place: y, dx and dw through autograd against float64."""
+    bsz, seq, heads = 2, 3, 4
+    qkv = torch.randn(bsz, seq, 3 * heads * hd, generator=gen).to(device=dev).requires_grad_()
+    w = (1 + 0.1 * torch.randn(hd, generator=gen)).to(device=dev).requires_grad_()
+    q = qkv[..., : heads * hd].view(bsz, seq, heads, hd)
+    p, a, b, n = _rows_plan("forward", q, weight=w)
+    assert (a, b, n) == (bsz * seq, heads, hd) and p.kind == "tile" and not p.loop, p
+    y = rms_norm(q, w, EPS, mode="rows")
+    dy = torch.randn(y.shape, generator=gen).to(device=dev)
+    dqkv, dw = torch.autograd.grad(y, [qkv, w], dy)
+    yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
+    tols = tolerances(torch.float32, torch.float32, "gemma")
+    check_all({"y": y, "dx": dqkv[..., : heads * hd].reshape(q.shape), "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tols)
+    assert torch.count_nonzero(dqkv[..., heads * hd :]) == 0
 
 
 def test_odd_static():
@@ -2382,7 +2404,8 @@ def test_fp32_rows_at_one_block_take_the_long_forward():
         if one_block:
             taken.append(n)
             assert (p.widths[0], p.occupancy, p.grid, p.static, p.unroll) == (4096, 2, 99999, True, True), (n, p)
-            assert plan("forward", 99999, 1, n, 4, SMS, static=False, fill=False) == tile  # (None: the core)
+            runtime = plan("forward", 99999, 1, n, 4, SMS, static=False)  # (None: the core)
+            assert runtime == plan("forward", 99999, 1, n, 4, SMS, static=False, long=False), (n, runtime)
             assert plan("backward", 99999, 1, n, 4, SMS) == plan("backward", 99999, 1, n, 4, SMS, static=False)
     assert min(taken) < 13400 and max(taken) > 18300 and any(n % 2 for n in taken)
     for n in (17408, 17920, 18432):  # pieces without padded lanes: the row tile (s30d)

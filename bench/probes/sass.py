@@ -145,10 +145,9 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
     return dict(res, loop=len(body), rows=rows, per_element=per_element, **deferred_loads(sass))
 
 
-_LDG_REGS = {".128": 4, ".64": 2}
 # the instructions that widen a loaded 16-bit half to fp32 before it is squared (bf16: SHF.L / PRMT /
 # IMAD.U32 / LOP3 on the packed word; fp16: HADD2.F32): their result counts as the load's value
-_UNPACK = ("SHF", "PRMT", "IMAD.U32", "LOP3", "HADD2.F32", "F2F")
+_UNPACK = ("SHF.", "PRMT", "IMAD.U32", "LOP3", "HADD2.F32", "F2F.")
 _NO_DEST = ("ST", "BRA", "BAR", "EXIT", "RED", "ATOM")
 
 
@@ -163,7 +162,8 @@ def deferred_loads(sass: str) -> dict:
     instructions that widen 16-bit halves, _UNPACK), the widest of them in bytes,
     and how many issue after the first instruction that reads an earlier x load's registers
     ("deferred": those wait a DRAM round trip for the first batch; fp32 8-warp one-row tiles of
-    16-byte loads ran 131.5-133.8 us with none, 136.9-161.9 with any, at 64 Mi elements)."""
+    16-byte loads ran 131.5-133.9 us with none, 135.4-163.2 with any, at 64 Mi elements: sessions
+    56-57)."""
     listing = instructions(sass)
     loops = [(lo, hi) for lo, hi in _backward_branches(listing) if hi - lo > 0x40]  # the loops' bodies
     ins = []
@@ -180,11 +180,11 @@ def deferred_loads(sass: str) -> dict:
     loads, owner = [], {}  # owner: register -> the load whose value it holds
     for k, (_, _, op, args) in enumerate(path):
         if op.startswith("LDG"):
-            width = re.search(r"\.(128|64)\b", op)
+            width = re.search(r"\.(U16|64|128)\b", op)
             first = _registers(args[0])[0]
-            load = dict(k=k, x=False, read=None, bytes=4 * _LDG_REGS.get(width and "." + width.group(1), 1))
+            load = dict(k=k, x=False, read=None, bytes=_LDG_BYTES[width and "." + width.group(1)])
             loads.append(load)
-            owner.update({r: load for r in range(first, first + load["bytes"] // 4)})
+            owner.update({r: load for r in range(first, first + max(1, load["bytes"] // 4))})
             continue
         stores = op.startswith(_NO_DEST)
         sources = args if stores else args[1:]

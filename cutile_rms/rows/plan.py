@@ -198,9 +198,10 @@ SHORT_BWD_MIN_PIECE for the 4-row short aligned tiles.
   4-warp row tiles, whose 4-byte loads on runtime layouts spill or wait; ``word_static``): their
   runtime plan, compiled for the row layout, where it loads 16 bytes at a time (1.00-1.06x at 6 of
   6 lengths; shorter rows gained nothing); session 57 moved its line to 5633 (the 4096 + 2048
-  pieces: 1.00-1.03x at 9 lengths). Session 57: the forward of 2-D fp32 rows of 16 | N, 8193-13312
+  pieces: 1.00-1.03x at 9 lengths). Session 57: the forward of fp32 rows of 16 | N, 8193-13312
   (one-row 8-warp tiles), runs a block a row without the loop in at most two pieces
-  (``wide_one_tile``: 1.07-1.23x where the loop's tile issued loads late, 0.99-1.00x elsewhere).
+  (``wide_one_tile``: 1.07-1.23x where the loop's tile issued loads late; where it did not, 1.00x,
+  but 0.99x at the 8192 + 1024 pieces, 8705-9216).
 - unaligned rows (a byte length not a multiple of 16, ``unaligned``; the forward of long ones,
   contiguous, reads them flat: sessions 33-35 and 38 above): gathers on the pieces that
   need bounds checks (GATHER_PIECES and the comment above it); past the longest row tile, the
@@ -375,28 +376,35 @@ MANY_TILES_GATHER_MAX_PIECE = 1024  # the widest last piece of 8- and 16-byte ga
 # 150.2 / 148.2 -> 166.8 / 163.3).
 LONE_TILES_PER_SM = 8
 # Wide one-row tiles, forward (``wide_one_tile``, session 57): fp32 rows of 16 | N past WIDE_TILE
-# (one-row tiles on 8 warps, 16-byte loads on runtime layouts) to WIDE_ONE_TILE_MAX_ELEMS, 2-D,
-# run a block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces. Their grid is the
-# rows already (fp32 tiles are not persistent), so the loop ran once a block; with it the block loads
-# the weight up front (live through the row) and tileiras issues some of the row's x loads only
-# after its first use of a loaded value, so they wait a whole DRAM round trip (``deferred_loads`` of
-# bench/probes/sass.py, bench/NOTES.md, sessions 56-57). CPU SASS (sm_90, hint 2; ab/s56-sass-fp32-
-# band8.txt, ab/s57c-sass-noloop-variants.txt, ab/s57d-sass-noloop2.txt), the first padded and the
-# exact length of each of the rules' 10 piece sets of 8193-13312: with the loop 11 of 20 kernels
-# defer 1-6 x loads (12304 also spills 48 bytes); without it, on the rules' three pieces, 3 of 20
-# defer one ((8192, 2048, 1024), (8192, 4096, 1024)); without it in two pieces (8192 and the next
-# power of two, or one 16384 piece past 12288: padded lanes cost issue slots, no DRAM bytes) none
-# of 20 defers, at 64-98 registers without stack. H200, graph replay, about 64 Mi elements, us, the
-# loop -> a block a row without it in two pieces (ab/s57d, fresh lengths, seed 5701; the copy
-# 128): 10560 143.1 -> 132.1, 12432 161.6 -> 133.7, 12464 163.2 -> 132.9, 12592 163.2 -> 133.9, 12896
-# 143.8 -> 133.0, 12912 142.8 -> 133.9 (where the loop defers), 9760 132.5 -> 133.0, 9872 133.2 ->
-# 133.5, 10976 133.1 -> 132.6, 11072 132.3 -> 132.0, 11344 132.9 -> 133.1 (where it does not), 8848
-# 131.6 -> 133.3 (0.99x); on the three pieces (ab/s57a) 9360 149.4 -> 132.5 and 12880 143.4 -> 135.4,
-# but 10768 132.4 -> 139.4 and 11040 132.2 -> 138.2, the sets that defer one: hence two pieces.
-# Rows of 4 | N, not 16 | N (4-byte loads) lost without the loop (8264, 8964, 11944, 13064, 13276:
-# 0.95-0.98x; 13064 and 13276 compile to 146 registers): they keep it. Past 13312 the rules run the
-# static long forward; callers without static layouts keep the loop there (not measured), as do
-# views (B > 1) and callers that pass fill=False (not measured).
+# (one-row tiles on 8 warps, 16-byte loads on runtime layouts) to WIDE_ONE_TILE_MAX_ELEMS run a
+# block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces. Their grid is the rows
+# already (fp32 tiles are not persistent), so the loop ran once a block; with it the block loads the
+# weight up front (live through the row) and tileiras issues some of the row's x loads only after
+# its first use of a loaded value, so they wait a whole DRAM round trip (``deferred_loads`` of
+# bench/probes/sass.py, bench/NOTES.md, sessions 56-57). CPU SASS (sm_90, the rules' hints: 2, and 1
+# for the 16384 piece; ab/s56-sass-fp32-band8.txt, ab/s57c-sass-noloop-variants.txt,
+# ab/s57d-sass-noloop2.txt), the first padded and the exact length of each of the rules' 10 piece
+# sets of 8193-13312: with the loop 11 of 20 kernels defer 1-6 x loads (12304 also spills 48 bytes);
+# without it, on the rules' three pieces, 3 of 20 defer one ((8192, 2048, 1024), (8192, 4096,
+# 1024)); without it in two pieces (8192 and the next power of two, or one 16384 piece past 12288:
+# padded lanes cost issue slots, no DRAM bytes) none of 20 defers, at 64-98 registers without
+# stack. H200, graph replay, about 64 Mi elements, us, the loop -> a block a row without it in two
+# pieces (ab/s57d, fresh lengths, seed 5701; the copy 128): 10560 143.1 -> 132.1, 12432 161.6 ->
+# 133.7, 12464 163.2 -> 132.9, 12592 163.2 -> 133.9, 12896 143.8 -> 133.0, 12912 142.8 -> 133.9
+# (where the loop defers), 9760 132.5 -> 133.0, 9872 133.2 -> 133.5, 10976 133.1 -> 132.6, 11072
+# 132.3 -> 132.0, 11344 132.9 -> 133.1 (where it does not), 8848 131.6 -> 133.3 (0.99x); held out
+# (ab/s57f, seed 5703) 9392 149.7 -> 133.2, 10304 144.5 -> 131.8, 10384 144.1 -> 132.0, 12320 155.5
+# -> 132.9, 8864 131.7 -> 132.9, 9056 132.0 -> 132.8 (the 8192 + 1024 pieces, where the loop defers
+# nothing, 0.99x at all three lengths); 8400 (8192 + 256, the same pieces either way; ab/s56c)
+# 154.8 -> 133.7. On the rules' three pieces (ab/s57a) 9360 149.4 -> 132.5, but the sets that defer
+# one without the loop ran slower than two pieces do: 10768 132.4 -> 139.4, 11040 132.2 -> 138.2,
+# 12880 143.4 -> 135.4: hence two pieces. Rows of 4 | N, not 16 | N (4-byte loads) lost without the
+# loop (8264, 8964, 11944, 13064, 13276: 0.95-0.98x; 13064 and 13276 compile to 146 registers):
+# they keep it. Past 13312 the rules run the static long forward; callers without static layouts
+# keep the loop there (not measured), as do callers that pass fill=False (not measured). Views (B > 1)
+# take the rule too (not measured; the same kernel): a view of one leading row (M = 1) is planned as
+# 2-D rows (torch_impl.row_groups drops dims of one), so a rule for 2-D rows alone would sum a row of
+# such a view in another order at M = 1 than at M > 1.
 WIDE_ONE_TILE_PIECES = 2
 WIDE_ONE_TILE_MAX_ELEMS = 8192 + 4096 + 1024  # the rules' widest row tile of 16 | N rows (13312)
 # fp32 lone tiles on the core's tile (``lone_tma``, session 44): fp32 rows that the core takes as one
@@ -1300,8 +1308,9 @@ class RowsPlan:
     the rule: PREFETCH_MAX_BLOCKS; rows_bwd_lanes', LANES_BWD_PREFETCH; rows_fwd's on
     persistent forward grids, probes only; the flat and the static long forwards' second pass, the
     next chunk first: FLAT_PREFETCH_*, LONG_PREFETCH_*). loop (forward tiles): the blocks stride
-    over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``, on a grid of
-    one block a tile) kernels.rows_fwd runs block t's tile t without a loop (LOOP), and so does
+    over the tiles; False (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``,
+    ``wide_one_tile``, on a grid of one block a tile) kernels.rows_fwd runs block t's tile t
+    without a loop (LOOP), and so does
     rows_fwd_lanes where ``lanes_one_tile`` or ``lanes_plan(persistent=False)`` says, its y scattered."""
 
     op: str
@@ -1358,13 +1367,13 @@ def lone_tiles(op: str, rows: int, b: int, pieces, n: int, elem_size: int, loads
     return one and tiles >= LONE_TILES_PER_SM * num_sms
 
 
-def wide_one_tile(op: str, b: int, n: int, elem_size: int) -> bool:
-    """Whether the forward of 2-D (b == 1) fp32 rows of a multiple of VECTOR_ELEMS elements (16-byte
-    loads on runtime layouts) past WIDE_TILE, up to WIDE_ONE_TILE_MAX_ELEMS, runs its one-row
-    8-warp tiles a block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces (see
-    WIDE_ONE_TILE_PIECES). A function of n and the layout, not of the row count."""
+def wide_one_tile(op: str, n: int, elem_size: int) -> bool:
+    """Whether the forward of fp32 rows of a multiple of VECTOR_ELEMS elements (16-byte loads on
+    runtime layouts) past WIDE_TILE, up to WIDE_ONE_TILE_MAX_ELEMS, runs its one-row 8-warp tiles
+    a block a row without the loop, in at most WIDE_ONE_TILE_PIECES pieces (see
+    WIDE_ONE_TILE_PIECES). A function of n alone: not of the row count nor of the row groups."""
     fits = WIDE_TILE[op] < n <= WIDE_ONE_TILE_MAX_ELEMS and n % VECTOR_ELEMS == 0
-    return op == "forward" and b == 1 and elem_size == 4 and fits
+    return op == "forward" and elem_size == 4 and fits
 
 
 def lone_tma(op: str, b: int, n: int, elem_size: int, tiles: int, num_sms: int, core_bits: bool = False) -> bool:
@@ -1977,7 +1986,8 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
     (probes), False never (the default: callers that cannot give a flat array and the shifted
     weights' workspace); fill: whether few rows may take fewer rows a forward tile
     (FILL_TILES_PER_SM) and a forward on a grid of its tiles may run without the loop
-    (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``); False: the tile of any number of rows, always the
+    (``one_tile``, ``many_tiles``, ``lone_tiles``, ``lone_tma``, and ``wide_one_tile``, which also
+    takes two pieces where the rules take three); False: the tile of any number of rows, always the
     loop and the persistent grid where the rules give one (the experimental fused add's and FP8's
     plans, which pass lanes=False: a lanes forward's loop is ``lanes_one_tile``'s, whatever fill);
     core_bits: whether the caller's inputs give ``lone_tma``'s tile the core's bits
@@ -2035,7 +2045,7 @@ def plan(op: str, a: int, b: int, n: int, elem_size: int, num_sms: int, *, tile_
             fwd_one = op == "forward" and _next_pow2(n) > LANES_FWD_MAX_ELEMS  # (odd 16-bit 257-511: lanes=False only)
             pieces_max = GATHER_FWD_PIECES if fwd_one else GATHER_PIECES[min(elem_size, 4)]
             max_pieces, min_piece = pieces_max, min_piece or GATHER_GRANULE
-    wide_one = fill and not overridden and wide_one_tile(op, b, n, elem_size)  # (WIDE_ONE_TILE_PIECES above)
+    wide_one = fill and not overridden and wide_one_tile(op, n, elem_size)  # (WIDE_ONE_TILE_PIECES above)
     if max_pieces is None:  # (one padded piece for the gathered 16-bit backward: PADDED_BWD_MIN_SHARE above)
         padded = op == "backward" and static and padded_backward(n, elem_size)
         max_pieces = 1 if one_piece or padded else WIDE_ONE_TILE_PIECES if wide_one else MAX_PIECES
