@@ -2226,12 +2226,19 @@ def test_word_static_head_view(dev, hd, gen, monkeypatch):
     the static forward reads it in place; y, dx and dw through autograd against float64, with
     the process's static layouts emptied first so the rule's static plan is the one that runs."""
     monkeypatch.setattr(RL, "_static_layouts", set())
+    _check_fp32_head_view(dev, hd, gen, lambda p: p.static)
+
+
+def _check_fp32_head_view(dev, hd, gen, planned):
+    """A fused QKV projection's q view (B = 4 heads of hd, row strides of 3 heads) through the torch
+    API with autograd, read in place, on a forward plan that ``planned`` accepts: y, dx and dw
+    against float64, k and v's gradient zero."""
     bsz, seq, heads = 2, 3, 4
     qkv = torch.randn(bsz, seq, 3 * heads * hd, generator=gen).to(device=dev).requires_grad_()
     w = (1 + 0.1 * torch.randn(hd, generator=gen)).to(device=dev).requires_grad_()
     q = qkv[..., : heads * hd].view(bsz, seq, heads, hd)
     p, a, b, n = _rows_plan("forward", q, weight=w)
-    assert (a, b, n) == (bsz * seq, heads, hd) and p.kind == "tile" and p.static, p
+    assert (a, b, n) == (bsz * seq, heads, hd) and p.kind == "tile" and planned(p), p
     y = rms_norm(q, w, EPS, mode="rows")
     dy = torch.randn(y.shape, generator=gen).to(device=dev)
     dqkv, dw = torch.autograd.grad(y, [qkv, w], dy)
@@ -2316,20 +2323,8 @@ def test_wide_one_tile_rows(dev, shape, has_weight, offset, gen):
 @pytest.mark.parametrize("hd", [9360, 12432], ids=str)
 def test_wide_one_tile_head_view(dev, hd, gen):
     """plan.wide_one_tile on a head view of a fused projection (row strides of 3 heads, B = 4), read
-    in place: y, dx and dw through autograd against float64."""
-    bsz, seq, heads = 2, 3, 4
-    qkv = torch.randn(bsz, seq, 3 * heads * hd, generator=gen).to(device=dev).requires_grad_()
-    w = (1 + 0.1 * torch.randn(hd, generator=gen)).to(device=dev).requires_grad_()
-    q = qkv[..., : heads * hd].view(bsz, seq, heads, hd)
-    p, a, b, n = _rows_plan("forward", q, weight=w)
-    assert (a, b, n) == (bsz * seq, heads, hd) and p.kind == "tile" and not p.loop, p
-    y = rms_norm(q, w, EPS, mode="rows")
-    dy = torch.randn(y.shape, generator=gen).to(device=dev)
-    dqkv, dw = torch.autograd.grad(y, [qkv, w], dy)
-    yr, _, dxr, dwr = rms_norm_ref_grads(q, dy, w, EPS)
-    tols = tolerances(torch.float32, torch.float32, "gemma")
-    check_all({"y": y, "dx": dqkv[..., : heads * hd].reshape(q.shape), "dw": dw}, {"y": yr, "dx": dxr, "dw": dwr}, tols)
-    assert torch.count_nonzero(dqkv[..., heads * hd :]) == 0
+    in place without the loop: y, dx and dw through autograd against float64."""
+    _check_fp32_head_view(dev, hd, gen, lambda p: not p.loop)
 
 
 def test_odd_static():
