@@ -104,6 +104,12 @@ def compile_report(kernel, params, arch="sm_90", **hints) -> dict:
 _LDG_BYTES = {".U16": 2, ".64": 8, ".128": 16, None: 4}
 
 
+def _ldg_bytes(text: str) -> int:
+    """The bytes a thread's global load (LDG.E and its width) in ``text`` reads, 0 for any other."""
+    g = re.search(r"\bLDG\.E(\.U16|\.64|\.128)?\b", text)
+    return _LDG_BYTES[g.group(1)] if g else 0
+
+
 def instructions(sass: str) -> list[tuple[int, str]]:
     """(address, text) of each instruction of a SASS listing."""
     return [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass)]
@@ -138,7 +144,7 @@ def loop_report(p, dt, m, n, casting=None) -> dict:
     res = resources(cubin)
     sass = cuobjdump(cubin, "-sass")
     body = innermost_loop(sass)
-    loaded = sum(_LDG_BYTES[g.group(1)] for t in body if (g := re.search(r"\bLDG\.E(\.U16|\.64|\.128)?\b", t)))
+    loaded = sum(_ldg_bytes(t) for t in body)
     rows = loaded * 32 * p.warps // ES[dt] / p.widths[0]
     rows = 1 << max(0, math.ceil(math.log2(rows))) if rows else 0
     per_element = len(body) * p.warps / (rows * n) if rows else float("nan")
@@ -179,10 +185,9 @@ def deferred_loads(sass: str) -> dict:
                 break
     loads, owner = [], {}  # owner: register -> the load whose value it holds
     for k, (_, _, op, args) in enumerate(path):
-        if op.startswith("LDG"):
-            width = re.search(r"\.(U16|64|128)\b", op)
+        if _ldg_bytes(op):
             first = _registers(args[0])[0]
-            load = dict(k=k, x=False, read=None, bytes=_LDG_BYTES[width and "." + width.group(1)])
+            load = dict(k=k, x=False, read=None, bytes=_ldg_bytes(op))
             loads.append(load)
             owner.update({r: load for r in range(first, first + max(1, load["bytes"] // 4))})
             continue
